@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package kvpool's build, tests, demo and benchmarks need.
+# Idempotent: when everything is present it prints nothing and touches no network.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libboost-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev systemd
+  libnats-dev nats-server redis-server
+  procps util-linux
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "bootstrap: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "bootstrap: done"
