@@ -75,6 +75,8 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
 
   // The error; Status::ok() when a value is present.
   Status status() const { return is_ok() ? Status() : std::get<Status>(v_); }

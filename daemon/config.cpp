@@ -1,0 +1,601 @@
+#include "daemon/config.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvpool/core/paths.hpp"
+
+namespace kvpool::daemon {
+namespace {
+
+// ordered_json keeps fields in document order, so "the first unknown field" is the first one
+// the user wrote and config_to_json prints fields in the order this file documents them.
+using Json = nlohmann::ordered_json;
+
+constexpr uint32_t kMaxClients = 4096;
+constexpr uint64_t kMinRingBytes = 4096;
+constexpr uint64_t kMaxRingBytes = uint64_t{64} << 20;
+constexpr uint32_t kMaxSpinIterations = 10'000'000;
+constexpr size_t kMaxPools = 16;
+constexpr size_t kMaxPoolNameChars = 32;
+constexpr uint32_t kMaxNumBlocks = uint32_t{1} << 30;
+// No host has this much RAM to pin for one pool; a bigger request is a typo in the layout.
+constexpr uint64_t kMaxHostPoolBytes = uint64_t{1} << 40;
+// A config file is a few KiB; the cap keeps a mistaken path (/dev/zero) from eating memory.
+constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
+constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
+                                                        "error", "critical", "off"};
+
+// Messages go to logs and terminals as one line, and may echo user text (field names,
+// values), so control characters are written as escapes instead.
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+Status config_error(std::string_view path, std::string_view what) {
+  return Status(ErrorCode::kConfigError, one_line(std::string(path) + ": " + std::string(what)));
+}
+
+// Parsing stops at the first bad field; an exception unwinds the nested readers to
+// parse_config, which turns it back into a Status (exceptions never leave this file).
+struct ConfigError {
+  Status status;
+};
+
+[[noreturn]] void fail(std::string_view path, std::string_view what) {
+  throw ConfigError{config_error(path, what)};
+}
+
+std::string child(std::string_view path, std::string_view key) {
+  return path.empty() ? std::string(key) : std::string(path) + "." + std::string(key);
+}
+
+std::string element(std::string_view path, size_t index) {
+  return std::string(path) + "[" + std::to_string(index) + "]";
+}
+
+// What a value is, for "expected X, got Y" messages.
+std::string describe(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::number_integer:
+      return "a negative integer (" + j.dump() + ")";
+    case Json::value_t::number_unsigned:
+      return "an integer (" + j.dump() + ")";
+    case Json::value_t::number_float:
+      return "a floating-point number (" + j.dump() + ")";
+    default:
+      return "an unsupported value";
+  }
+}
+
+std::string join(std::initializer_list<std::string_view> words) {
+  std::string out;
+  for (std::string_view w : words) {
+    if (!out.empty()) out += ", ";
+    out += w;
+  }
+  return out;
+}
+
+void expect_object(const Json& j, std::string_view path) {
+  if (!j.is_object())
+    fail(path.empty() ? "config" : path, "expected an object, got " + describe(j));
+}
+
+// Unknown fields are errors rather than ignored: a misspelt "num_blcoks" would otherwise
+// silently run with the default.
+void reject_unknown_fields(const Json& object, std::string_view path,
+                           std::initializer_list<std::string_view> known) {
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      throw ConfigError{
+          Status(ErrorCode::kConfigError, one_line("unknown field '" + child(path, key) +
+                                                   "' (known fields here: " + join(known) + ")"))};
+    }
+  }
+}
+
+std::string read_string(const Json& j, std::string_view path) {
+  if (!j.is_string()) fail(path, "expected a string, got " + describe(j));
+  return j.get<std::string>();
+}
+
+// A non-negative integer no larger than `max` (the range of the field's C++ type; the
+// field's own range is checked by validate_config so in-code configs get the same checks).
+uint64_t read_uint(const Json& j, std::string_view path, uint64_t max) {
+  const std::string range = "an integer in 0.." + std::to_string(max);
+  if (j.is_number_unsigned()) {
+    const uint64_t v = j.get<uint64_t>();
+    if (v > max) fail(path, "expected " + range + ", got " + std::to_string(v));
+    return v;
+  }
+  // nlohmann reads integers beyond u64 as doubles; call them out of range, not "a float".
+  if (j.is_number_float() && std::isfinite(j.get<double>()) && j.get<double>() >= 0x1p64) {
+    fail(path, "expected " + range + ", got " + j.dump() + " (too large)");
+  }
+  fail(path, "expected " + range + ", got " + describe(j));
+}
+
+uint32_t read_u32(const Json& j, std::string_view path) {
+  return static_cast<uint32_t>(read_uint(j, path, std::numeric_limits<uint32_t>::max()));
+}
+
+template <typename Id>
+std::vector<Id> read_id_list(const Json& j, std::string_view path) {
+  if (!j.is_array()) fail(path, "expected an array of integers, got " + describe(j));
+  std::vector<Id> ids;
+  ids.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    ids.push_back(
+        static_cast<Id>(read_uint(j[i], element(path, i), std::numeric_limits<Id>::max())));
+  }
+  return ids;
+}
+
+std::string_view storage_name(shm::StorageKind storage) {
+  switch (storage) {
+    case shm::StorageKind::kHost:
+      return "host";
+    case shm::StorageKind::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+std::string_view kind_name(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::kFullyContiguous:
+      return "fully_contiguous";
+    case LayoutKind::kLayerSeparate:
+      return "layer_separate";
+  }
+  return "unknown";
+}
+
+void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
+  expect_object(j, path);
+  reject_unknown_fields(
+      j, path,
+      {"num_layers", "outer_dim", "page_size", "inner_dim", "dtype_bytes", "alignment", "kind"});
+  const std::pair<std::string_view, uint32_t*> dims[] = {
+      {"num_layers", &layout.num_layers},   {"outer_dim", &layout.outer_dim},
+      {"page_size", &layout.page_size},     {"inner_dim", &layout.inner_dim},
+      {"dtype_bytes", &layout.dtype_bytes}, {"alignment", &layout.alignment},
+  };
+  for (const auto& [key, field] : dims) {
+    if (auto it = j.find(key); it != j.end()) *field = read_u32(*it, child(path, key));
+  }
+  if (auto it = j.find("kind"); it != j.end()) {
+    const std::string kind_path = child(path, "kind");
+    const std::string kind = read_string(*it, kind_path);
+    if (kind == "fully_contiguous") {
+      layout.kind = LayoutKind::kFullyContiguous;
+    } else if (kind == "layer_separate") {
+      layout.kind = LayoutKind::kLayerSeparate;
+    } else {
+      fail(kind_path, "must be \"fully_contiguous\" or \"layer_separate\", got \"" + kind + "\"");
+    }
+  }
+}
+
+PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
+  expect_object(j, path);
+  reject_unknown_fields(j, path,
+                        {"name", "storage", "device", "num_blocks", "max_holds", "layout"});
+  PoolConfig pool = defaults;
+  if (auto it = j.find("name"); it != j.end()) pool.name = read_string(*it, child(path, "name"));
+  if (auto it = j.find("storage"); it != j.end()) {
+    const std::string storage_path = child(path, "storage");
+    const std::string storage = read_string(*it, storage_path);
+    if (storage == "host") {
+      pool.storage = shm::StorageKind::kHost;
+    } else if (storage == "cuda") {
+      pool.storage = shm::StorageKind::kCuda;
+    } else {
+      fail(storage_path, "must be \"host\" or \"cuda\", got \"" + storage + "\"");
+    }
+  }
+  // Whether a device belongs here depends on "storage", which validate_config checks.
+  if (auto it = j.find("device"); it != j.end()) {
+    pool.device = static_cast<int32_t>(
+        read_uint(*it, child(path, "device"), std::numeric_limits<int32_t>::max()));
+  }
+  if (auto it = j.find("num_blocks"); it != j.end()) {
+    pool.layout.num_blocks = read_u32(*it, child(path, "num_blocks"));
+  }
+  if (auto it = j.find("max_holds"); it != j.end()) {
+    pool.max_holds = read_u32(*it, child(path, "max_holds"));
+  }
+  if (auto it = j.find("layout"); it != j.end())
+    read_layout(*it, child(path, "layout"), pool.layout);
+  return pool;
+}
+
+Config read_config(const Json& root) {
+  expect_object(root, "");
+  reject_unknown_fields(root, "",
+                        {"instance", "runtime_dir", "max_clients", "ring_bytes", "spin_iterations",
+                         "log_level", "allowed_uids", "allowed_gids", "pools"});
+  const Config defaults = default_config();
+  Config c = defaults;
+  if (auto it = root.find("instance"); it != root.end()) c.instance = read_string(*it, "instance");
+  if (auto it = root.find("runtime_dir"); it != root.end()) {
+    c.runtime_dir = read_string(*it, "runtime_dir");
+  }
+  if (auto it = root.find("max_clients"); it != root.end()) {
+    c.max_clients = read_u32(*it, "max_clients");
+  }
+  if (auto it = root.find("ring_bytes"); it != root.end()) {
+    c.ring_bytes = read_uint(*it, "ring_bytes", std::numeric_limits<uint64_t>::max());
+  }
+  if (auto it = root.find("spin_iterations"); it != root.end()) {
+    c.spin_iterations = read_u32(*it, "spin_iterations");
+  }
+  if (auto it = root.find("log_level"); it != root.end()) {
+    c.log_level = read_string(*it, "log_level");
+  }
+  if (auto it = root.find("allowed_uids"); it != root.end()) {
+    c.allowed_uids = read_id_list<uid_t>(*it, "allowed_uids");
+  }
+  if (auto it = root.find("allowed_gids"); it != root.end()) {
+    c.allowed_gids = read_id_list<gid_t>(*it, "allowed_gids");
+  }
+  if (auto it = root.find("pools"); it != root.end()) {
+    if (!it->is_array()) fail("pools", "expected an array of pool objects, got " + describe(*it));
+    // Fields a pool leaves out take the built-in pool's values.
+    const PoolConfig& pool_defaults = defaults.pools.front();
+    c.pools.clear();
+    for (size_t i = 0; i < it->size(); ++i) {
+      c.pools.push_back(read_pool((*it)[i], element("pools", i), pool_defaults));
+    }
+  }
+  return c;
+}
+
+// nlohmann keeps the last of two equal keys without a word; a repeated field is almost always
+// an editing mistake, so the parse callback records the first repeat with its path.
+class DuplicateKeyCheck {
+ public:
+  bool on_event(Json::parse_event_t event, const Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames_.push_back(Frame{});
+        break;
+      case Json::parse_event_t::array_start:
+        frames_.push_back(Frame{});
+        frames_.back().is_array = true;
+        break;
+      case Json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second && error_.empty()) {
+          error_ = "duplicate field '" + current_path() + "' (each field may appear only once)";
+        }
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        frames_.pop_back();
+        element_done();
+        break;
+      case Json::parse_event_t::value:
+        element_done();
+        break;
+    }
+    return true;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    bool is_array = false;
+    size_t index = 0;  // arrays: the element being read
+    std::string key;   // objects: the field being read
+    std::set<std::string> keys;
+  };
+
+  void element_done() {
+    if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
+  }
+
+  std::string current_path() const {
+    std::string path;
+    for (const Frame& f : frames_) path = f.is_array ? element(path, f.index) : child(path, f.key);
+    return path;
+  }
+
+  std::vector<Frame> frames_;
+  std::string error_;
+};
+
+// nlohmann's what() starts with "[json.exception.parse_error.101] "; the rest (with line
+// and column) is what a person needs.
+std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string_view what = e.what();
+  if (what.starts_with("[json.exception.")) {
+    if (size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return std::string(what);
+}
+
+Status validate_layout(const PoolConfig& pool, const std::string& path) {
+  Result<Layout> layout = Layout::create(pool.layout);
+  if (!layout.is_ok()) {
+    // Layout says "layout <field> <problem>"; point at the config field instead.
+    const Status status = layout.status();  // status() returns a copy; keep it alive
+    std::string_view msg = status.message();
+    constexpr std::string_view kPrefix = "layout ";
+    if (msg.starts_with(kPrefix)) {
+      std::string_view rest = msg.substr(kPrefix.size());
+      const std::string_view field = rest.substr(0, rest.find(' '));
+      static constexpr std::array<std::string_view, 8> kFields = {
+          "num_blocks", "num_layers",  "outer_dim", "page_size",
+          "inner_dim",  "dtype_bytes", "alignment", "kind"};
+      if (std::find(kFields.begin(), kFields.end(), field) != kFields.end() &&
+          field.size() < rest.size()) {
+        const std::string field_path =
+            field == "num_blocks" ? child(path, field) : child(child(path, "layout"), field);
+        return config_error(field_path, rest.substr(field.size() + 1));
+      }
+    }
+    return config_error(child(path, "layout"), msg);
+  }
+  if (pool.storage == shm::StorageKind::kHost && layout->total_bytes() > kMaxHostPoolBytes) {
+    return config_error(path, "impossible size: host pool '" + pool.name + "' needs " +
+                                  std::to_string(layout->total_bytes()) + " bytes (" +
+                                  std::to_string(layout->total_bytes() >> 30) +
+                                  " GiB), over the 1 TiB limit (" +
+                                  std::to_string(kMaxHostPoolBytes) +
+                                  " bytes); lower num_blocks or the layout dimensions");
+  }
+  return Status::ok();
+}
+
+bool valid_pool_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxPoolNameChars) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  });
+}
+
+Status validate_pool(const PoolConfig& pool, const std::string& path) {
+  if (!valid_pool_name(pool.name)) {
+    return config_error(child(path, "name"),
+                        "must be 1 to 32 characters of [A-Za-z0-9_-], got '" + pool.name + "'");
+  }
+  switch (pool.storage) {
+    case shm::StorageKind::kHost:
+      if (pool.device != -1) {
+        return config_error(child(path, "device"), "only cuda pools take a device (got " +
+                                                       std::to_string(pool.device) +
+                                                       "); remove it or set \"storage\": \"cuda\"");
+      }
+      break;
+    case shm::StorageKind::kCuda:
+      if (pool.device < 0) {
+        return config_error(child(path, "device"),
+                            "cuda pools need a device: a CUDA ordinal >= 0 (got " +
+                                std::to_string(pool.device) + ")");
+      }
+      break;
+    default:
+      return config_error(
+          child(path, "storage"),
+          "must be host or cuda (got " + std::to_string(static_cast<uint32_t>(pool.storage)) + ")");
+  }
+  if (pool.layout.num_blocks < 1 || pool.layout.num_blocks > kMaxNumBlocks) {
+    return config_error(child(path, "num_blocks"),
+                        "must be 1.." + std::to_string(kMaxNumBlocks) + " (got " +
+                            std::to_string(pool.layout.num_blocks) + ")");
+  }
+  return validate_layout(pool, path);
+}
+
+}  // namespace
+
+Config default_config() {
+  Config c;
+  PoolConfig pool;
+  pool.name = "g2";
+  pool.storage = shm::StorageKind::kHost;
+  pool.device = -1;
+  pool.layout = LayoutConfig{.num_blocks = 1024,
+                             .num_layers = 2,
+                             .outer_dim = 2,
+                             .page_size = 16,
+                             .inner_dim = 128,
+                             .dtype_bytes = 2,
+                             .alignment = 256,
+                             .kind = LayoutKind::kFullyContiguous};
+  c.pools.push_back(pool);
+  return c;
+}
+
+Status validate_config(const Config& c) {
+  if (Status s = validate_instance_name(c.instance); !s.is_ok()) {
+    return config_error("instance", s.message());
+  }
+  if (c.max_clients < 1 || c.max_clients > kMaxClients) {
+    return config_error("max_clients", "must be 1.." + std::to_string(kMaxClients) + " (got " +
+                                           std::to_string(c.max_clients) + ")");
+  }
+  if (c.ring_bytes < kMinRingBytes || c.ring_bytes > kMaxRingBytes ||
+      !std::has_single_bit(c.ring_bytes)) {
+    return config_error("ring_bytes", "must be a power of two in " + std::to_string(kMinRingBytes) +
+                                          ".." + std::to_string(kMaxRingBytes) + " (got " +
+                                          std::to_string(c.ring_bytes) + ")");
+  }
+  if (c.spin_iterations > kMaxSpinIterations) {
+    return config_error("spin_iterations", "must be 0.." + std::to_string(kMaxSpinIterations) +
+                                               " (got " + std::to_string(c.spin_iterations) + ")");
+  }
+  if (std::find(kLogLevels.begin(), kLogLevels.end(), c.log_level) == kLogLevels.end()) {
+    return config_error("log_level",
+                        "must be one of trace, debug, info, warn, error, critical, off (got \"" +
+                            c.log_level + "\")");
+  }
+  // (uid_t)-1 is the kernel's "no id" marker; listing it would match nobody or everybody.
+  for (size_t i = 0; i < c.allowed_uids.size(); ++i) {
+    if (c.allowed_uids[i] == static_cast<uid_t>(-1)) {
+      return config_error(element("allowed_uids", i),
+                          std::to_string(c.allowed_uids[i]) + " is not a valid uid");
+    }
+  }
+  for (size_t i = 0; i < c.allowed_gids.size(); ++i) {
+    if (c.allowed_gids[i] == static_cast<gid_t>(-1)) {
+      return config_error(element("allowed_gids", i),
+                          std::to_string(c.allowed_gids[i]) + " is not a valid gid");
+    }
+  }
+  if (c.pools.empty() || c.pools.size() > kMaxPools) {
+    return config_error("pools", "must list 1 to " + std::to_string(kMaxPools) + " pools (got " +
+                                     std::to_string(c.pools.size()) + ")");
+  }
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    const std::string path = element("pools", i);
+    KVPOOL_RETURN_IF_ERROR(validate_pool(c.pools[i], path));
+    for (size_t k = 0; k < i; ++k) {
+      if (c.pools[k].name == c.pools[i].name) {
+        return config_error(child(path, "name"), "duplicate pool name '" + c.pools[i].name +
+                                                     "' (also pools[" + std::to_string(k) +
+                                                     "]); pool names must be unique");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<Config> parse_config(const std::string& json_text) {
+  DuplicateKeyCheck duplicates;
+  try {
+    const Json root =
+        Json::parse(json_text, [&duplicates](int, Json::parse_event_t event, Json& parsed) {
+          return duplicates.on_event(event, parsed);
+        });
+    if (!duplicates.error().empty()) {
+      return Status(ErrorCode::kConfigError, one_line(duplicates.error()));
+    }
+    Config config = read_config(root);
+    KVPOOL_RETURN_IF_ERROR(validate_config(config));
+    return config;
+  } catch (const ConfigError& e) {
+    return e.status;
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status(ErrorCode::kConfigError, one_line("invalid JSON: " + json_error_text(e)));
+  } catch (const nlohmann::json::exception& e) {
+    // Every type is checked before it is read, so this is a backstop, not an expected path.
+    return Status(ErrorCode::kConfigError, one_line("config: " + json_error_text(e)));
+  }
+}
+
+Result<Config> load_config_file(const std::string& path) {
+  const std::string where = "config file '" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status(ErrorCode::kNotFound, one_line(where + " does not exist"));
+    if (err == EACCES) {
+      return Status(ErrorCode::kPermissionDenied,
+                    one_line(where + " is not readable by this user (permission denied)"));
+    }
+    return io_error("open " + where, err);
+  }
+  std::string text;
+  char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return io_error("read " + where, err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigFileBytes) {
+      ::close(fd);
+      return Status(ErrorCode::kConfigError,
+                    one_line(where + " is larger than " + std::to_string(kMaxConfigFileBytes) +
+                             " bytes; is this the right file?"));
+    }
+  }
+  ::close(fd);
+  Result<Config> config = parse_config(text);
+  if (!config.is_ok()) {
+    return Status(config.status().code(), where + ": " + config.status().message());
+  }
+  return config;
+}
+
+std::string config_to_json(const Config& c) {
+  Json pools = Json::array();
+  for (const PoolConfig& p : c.pools) {
+    Json pool;
+    pool["name"] = p.name;
+    pool["storage"] = storage_name(p.storage);
+    // Host pools normally carry device -1, which the schema has no spelling for; a host pool
+    // with another device is invalid, and printing it lets parse_config say so.
+    if (p.storage != shm::StorageKind::kHost || p.device != -1) pool["device"] = p.device;
+    pool["num_blocks"] = p.layout.num_blocks;
+    pool["max_holds"] = p.max_holds;
+    pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
+                          {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
+                          {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},
+                          {"kind", kind_name(p.layout.kind)}};
+    pools.push_back(std::move(pool));
+  }
+  Json root;
+  root["instance"] = c.instance;
+  root["runtime_dir"] = c.runtime_dir;
+  root["max_clients"] = c.max_clients;
+  root["ring_bytes"] = c.ring_bytes;
+  root["spin_iterations"] = c.spin_iterations;
+  root["log_level"] = c.log_level;
+  root["allowed_uids"] = c.allowed_uids;
+  root["allowed_gids"] = c.allowed_gids;
+  root["pools"] = std::move(pools);
+  // Replace rather than throw on invalid UTF-8: this may print a config built in code.
+  return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace kvpool::daemon

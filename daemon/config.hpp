@@ -1,0 +1,54 @@
+// kvpoold's configuration: JSON (nlohmann_json), every field checked, errors name the field.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvpool/core/layout.hpp"
+#include "kvpool/core/status.hpp"
+#include "kvpool/shm/segment_layout.hpp"
+
+namespace kvpool::daemon {
+
+struct PoolConfig {
+  std::string name;                                    // [A-Za-z0-9_-], 1..32 chars, unique
+  shm::StorageKind storage = shm::StorageKind::kHost;  // "host" | "cuda"
+  int32_t device = -1;     // "device": CUDA ordinal, cuda pools only (>= 0)
+  LayoutConfig layout{};   // "num_blocks" and "layout": {...}
+  uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
+
+  // Field by field, so tests and reloads can tell whether a config changed.
+  friend bool operator==(const PoolConfig&, const PoolConfig&) = default;
+};
+
+struct Config {
+  std::string instance = "default";
+  std::string runtime_dir;           // "" -> default_runtime_dir()
+  uint32_t max_clients = 64;         // 1..4096
+  uint64_t ring_bytes = 256 * 1024;  // per ring, power of two, 4 KiB..64 MiB
+  uint32_t spin_iterations = 20000;  // engine spins this many empty polls before parking
+  std::string log_level = "info";    // trace|debug|info|warn|error|critical|off
+  std::vector<uid_t> allowed_uids;   // empty: any uid may attach (socket permissions apply)
+  std::vector<gid_t> allowed_gids;   // empty: any gid
+  std::vector<PoolConfig> pools;
+
+  friend bool operator==(const Config&, const Config&) = default;
+};
+
+// The built-in default: one host pool "g2" of 1024 blocks (2 layers, outer 2, page 16,
+// inner 128, 2-byte dtype, alignment 256), so `kvpoold` with no config runs anywhere.
+Config default_config();
+// Parses and validates. Unknown fields, wrong types and impossible sizes are errors
+// (kConfigError) whose message names the field path, e.g. "pools[0].layout.page_size:
+// must be > 0". Missing fields take their defaults; "pools" missing means default pools.
+Result<Config> parse_config(const std::string& json_text);
+Result<Config> load_config_file(const std::string& path);
+// Pretty JSON of a config (round-trips through parse_config).
+std::string config_to_json(const Config& config);
+// Validates a config built in code (the same checks parse_config applies).
+Status validate_config(const Config& config);
+
+}  // namespace kvpool::daemon

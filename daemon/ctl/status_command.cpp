@@ -1,0 +1,109 @@
+// kvpoolctl status [--instance NAME] [--runtime-dir DIR] [--json]
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "connection.hpp"
+#include "control_view.hpp"
+
+namespace kvpool {
+namespace ctl {
+
+ControlView open_control(const std::string& instance, const std::string& runtime_dir) {
+  auto seg = detail::Connection::observe(instance, runtime_dir);
+  if (!seg) {
+    if (seg.status().code() == ErrorCode::kNotFound)
+      throw CommandError("no kvpoold is running for instance '" + instance + "' (" +
+                         seg.status().message() + ")");
+    throw CommandError(seg.status());
+  }
+  ControlView v;
+  v.segment = std::move(seg.value());
+  auto* base = v.segment.as<char>();
+  v.header = reinterpret_cast<const shm::ControlHeader*>(base);
+  v.slots = reinterpret_cast<const shm::SlotInfo*>(base + v.header->slots_offset);
+  auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + v.header->pools_offset);
+  for (uint32_t i = 0; i < v.header->num_pools; ++i) {
+    const shm::PoolInfo* info = &infos[i];
+    if (info->arena_offset + info->arena_bytes > v.segment.size())
+      throw CommandError("pool " + std::to_string(i) + " arena lies outside the control segment");
+    auto core = pool::PoolCore::attach(base + info->arena_offset, info->arena_bytes, i, info->name);
+    if (!core) throw CommandError(core.status());
+    v.pool_infos.push_back(info);
+    v.pools.push_back(std::move(core.value()));
+  }
+  return v;
+}
+
+nlohmann::json status_json(const ControlView& v) {
+  const auto& h = *v.header;
+  auto rl = [](const auto& a) { return a.load(std::memory_order_relaxed); };
+  uint32_t clients = 0;
+  for (uint32_t i = 0; i < h.max_clients; ++i)
+    clients += rl(v.slots[i].state) != static_cast<uint32_t>(shm::SlotState::kFree);
+  nlohmann::json j;
+  j["instance"] = std::string(h.instance);
+  j["daemon_pid"] = h.daemon_pid;
+  j["clients"] = clients;
+  j["max_clients"] = h.max_clients;
+  j["reclaimed_clients"] = rl(h.stats.reclaimed_clients);
+  j["reclaimed_blocks"] = rl(h.stats.reclaimed_blocks);
+  j["requests"] = rl(h.stats.requests);
+  j["protocol_errors"] = rl(h.stats.protocol_errors);
+  j["disconnects"] = rl(h.stats.disconnects);
+  j["pools"] = nlohmann::json::array();
+  for (size_t i = 0; i < v.pools.size(); ++i) {
+    const auto& p = v.pools[i];
+    auto c = p.counts();
+    const auto& s = p.stats();
+    j["pools"].push_back({{"name", p.name()},
+                          {"total_blocks", c.total},
+                          {"free_blocks", c.free},
+                          {"mutable_blocks", c.mutable_blocks},
+                          {"active_blocks", c.active},
+                          {"inactive_blocks", c.inactive},
+                          {"allocations", rl(s.allocations)},
+                          {"evictions", rl(s.evictions)},
+                          {"registrations", rl(s.registrations)},
+                          {"match_queries", rl(s.match_queries)},
+                          {"match_hits", rl(s.match_hits)},
+                          {"rejected_handles", rl(s.rejected_handles)}});
+  }
+  return j;
+}
+
+}  // namespace ctl
+
+void add_status_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("status", "pool and client counts of a running kvpoold");
+  auto instance = std::make_shared<std::string>("default");
+  auto runtime_dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("--instance", *instance, "daemon instance")->capture_default_str();
+  cmd->add_option("--runtime-dir", *runtime_dir, "directory of the daemon's socket");
+  cmd->add_flag("--json", *json, "print JSON");
+  cmd->callback([=] {
+    ctl::ControlView v = ctl::open_control(*instance, *runtime_dir);
+    nlohmann::json j = ctl::status_json(v);
+    if (*json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::printf("instance %s (pid %lld): %u client(s), reclaimed %llu client(s) / %llu block(s)\n",
+                j["instance"].get<std::string>().c_str(), static_cast<long long>(j["daemon_pid"].get<int64_t>()),
+                j["clients"].get<uint32_t>(), static_cast<unsigned long long>(j["reclaimed_clients"].get<uint64_t>()),
+                static_cast<unsigned long long>(j["reclaimed_blocks"].get<uint64_t>()));
+    std::printf("%-12s %10s %10s %10s %10s %10s %14s %14s\n", "pool", "total", "free", "mutable",
+                "active", "inactive", "match_queries", "match_hits");
+    for (auto& p : j["pools"]) {
+      std::printf("%-12s %10u %10u %10u %10u %10u %14llu %14llu\n", p["name"].get<std::string>().c_str(),
+                  p["total_blocks"].get<uint32_t>(), p["free_blocks"].get<uint32_t>(),
+                  p["mutable_blocks"].get<uint32_t>(), p["active_blocks"].get<uint32_t>(),
+                  p["inactive_blocks"].get<uint32_t>(),
+                  static_cast<unsigned long long>(p["match_queries"].get<uint64_t>()),
+                  static_cast<unsigned long long>(p["match_hits"].get<uint64_t>()));
+    }
+  });
+}
+
+}  // namespace kvpool

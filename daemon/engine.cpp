@@ -1,0 +1,760 @@
+#include "daemon/engine.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "kvpool/core/paths.hpp"
+#include "kvpool/shm/futex.hpp"
+#include "kvpool/shm/lease_mutex.hpp"
+#include "kvpool/shm/protocol.hpp"
+#include "kvpool/shm/unix_socket.hpp"
+
+namespace kvpool::daemon {
+namespace {
+
+using shm::SlotState;
+using shm::UniqueFd;
+
+enum Kind : uint64_t { kListen = 1, kStop = 2, kPending = 3, kSock = 4, kPid = 5, kBell = 6 };
+constexpr uint64_t tag(Kind k, uint32_t i) { return (static_cast<uint64_t>(k) << 32) | i; }
+
+// A client that sends this many malformed records is cut off: it is broken or hostile.
+constexpr uint32_t kMaxProtocolErrors = 64;
+// Records drained from one client before the engine moves to the next (fairness).
+constexpr uint32_t kDrainBudget = 32;
+// How long the engine parks at most: bounds suspect re-checks and watchdog pings.
+constexpr int kTickMs = 100;
+constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;
+
+uint64_t now_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+template <typename T, typename D>
+void bump(std::atomic<T>& a, D d) {
+  a.store(a.load(std::memory_order_relaxed) + static_cast<T>(d), std::memory_order_relaxed);
+}
+
+void copy_name(char (&dst)[shm::kNameBytes], const std::string& src) {
+  std::memset(dst, 0, sizeof(dst));
+  std::memcpy(dst, src.data(), std::min(src.size(), sizeof(dst) - 1));
+}
+
+Status make_runtime_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status(ErrorCode::kIoError, "cannot create runtime_dir " + dir + ": " + ec.message());
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const Config& config) {
+  KVPOOL_RETURN_IF_ERROR(validate_config(config));
+  std::unique_ptr<Engine> e(new Engine(config));
+  Status s = e->init();
+  if (!s.is_ok()) return s;  // the destructor removes what init made
+  return e;
+}
+
+Engine::~Engine() {
+  if (!created_) return;
+  for (auto& p : pools_) (void)shm::Segment::unlink(p.data.name());
+  (void)shm::Segment::unlink(control_segment_name(config_.instance));
+  if (listen_fd_) ::unlink(socket_path_.c_str());
+}
+
+Status Engine::init() {
+  runtime_dir_ = config_.runtime_dir.empty() ? default_runtime_dir() : config_.runtime_dir;
+  KVPOOL_RETURN_IF_ERROR(make_runtime_dir(runtime_dir_));
+  socket_path_ = socket_path(runtime_dir_, config_.instance);
+
+  // A live daemon on this instance answers its socket: refuse to replace it. A dead one
+  // left a socket file and segments behind: replace them.
+  if (auto probe = shm::connect_unix(socket_path_); probe.is_ok()) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "instance '" + config_.instance + "' is already served by a running kvpoold (" +
+                      socket_path_ + " answers); stop it or pick another instance");
+  }
+  if (auto old = shm::Segment::open(control_segment_name(config_.instance), false); old.is_ok()) {
+    auto* h = old->as<shm::ControlHeader>();
+    if (old->size() >= sizeof(shm::ControlHeader) && h->magic == shm::kControlMagic &&
+        h->daemon_pid > 0 && ::kill(static_cast<pid_t>(h->daemon_pid), 0) == 0 &&
+        h->daemon_pid != getpid() &&
+        h->state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::DaemonState::kReady)) {
+      return Status(ErrorCode::kResourceExhausted,
+                    "instance '" + config_.instance + "' is served by kvpoold pid " +
+                        std::to_string(h->daemon_pid) + " (another runtime_dir?)");
+    }
+    spdlog::warn("replacing stale segments of instance '{}' (daemon pid {} is gone)",
+                 config_.instance, h->daemon_pid);
+  }
+  created_ = true;
+
+  // Control segment: header | slots | pool infos | arenas.
+  const uint32_t np = static_cast<uint32_t>(config_.pools.size());
+  uint64_t off = shm::align_up(sizeof(shm::ControlHeader), 64);
+  const uint64_t slots_off = off;
+  off = shm::align_up(off + uint64_t{config_.max_clients} * sizeof(shm::SlotInfo), 64);
+  const uint64_t pools_off = off;
+  off = shm::align_up(off + uint64_t{np} * sizeof(shm::PoolInfo), 64);
+  std::vector<uint64_t> arena_off(np), arena_len(np);
+  for (uint32_t i = 0; i < np; ++i) {
+    const PoolConfig& pc = config_.pools[i];
+    auto bytes = pool::PoolCore::arena_bytes({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+    if (!bytes) return Status(ErrorCode::kConfigError, "pools[" + std::to_string(i) + "]: " + bytes.status().message());
+    arena_off[i] = off;
+    arena_len[i] = *bytes;
+    off = shm::align_up(off + *bytes, 4096);
+  }
+  auto ctl = shm::Segment::create(control_segment_name(config_.instance), off, 0640);
+  if (!ctl) return ctl.status();
+  control_ = std::move(ctl.value());
+  auto* base = control_.as<char>();
+  ctl_ = new (base) shm::ControlHeader{};
+  ctl_->magic = shm::kControlMagic;
+  ctl_->layout_major = shm::kLayoutMajor;
+  ctl_->layout_minor = shm::kLayoutMinor;
+  ctl_->header_bytes = sizeof(shm::ControlHeader);
+  ctl_->daemon_pid = getpid();
+  ctl_->start_time_ns = now_ns(CLOCK_REALTIME);
+  ctl_->max_clients = config_.max_clients;
+  ctl_->num_pools = np;
+  ctl_->slots_offset = slots_off;
+  ctl_->pools_offset = pools_off;
+  ctl_->total_bytes = off;
+  copy_name(ctl_->instance, config_.instance);
+  slots_info_ = reinterpret_cast<shm::SlotInfo*>(base + slots_off);
+  auto* infos = reinterpret_cast<shm::PoolInfo*>(base + pools_off);
+
+  for (uint32_t i = 0; i < np; ++i) {
+    const PoolConfig& pc = config_.pools[i];
+    auto layout = Layout::create(pc.layout);
+    if (!layout) return Status(ErrorCode::kConfigError, "pool '" + pc.name + "': " + layout.status().message());
+    if (pc.storage != shm::StorageKind::kHost) {
+      return Status(ErrorCode::kUnsupported,
+                    "pool '" + pc.name + "': storage 'cuda' is not available in this build "
+                    "(device pools come with the CUDA storage backend)");
+    }
+    std::string seg_name = pool_segment_name(config_.instance, pc.name);
+    auto data = shm::Segment::create(seg_name, layout->total_bytes(), 0660);
+    if (!data)
+      return Status(data.status().code(), "pool '" + pc.name + "' (" +
+                                              std::to_string(layout->total_bytes()) +
+                                              " bytes): " + data.status().message());
+    auto core = pool::PoolCore::create(base + arena_off[i], arena_len[i],
+                                       {pc.layout.num_blocks, config_.max_clients, pc.max_holds},
+                                       i, pc.name);
+    if (!core) return core.status();
+    shm::PoolInfo& info = infos[i];
+    copy_name(info.name, pc.name);
+    copy_name(info.shm_name, seg_name);
+    info.layout = pc.layout;
+    info.storage = static_cast<uint32_t>(pc.storage);
+    info.device = pc.device;
+    info.data_bytes = layout->total_bytes();
+    info.arena_offset = arena_off[i];
+    info.arena_bytes = arena_len[i];
+    pools_.push_back(HostPool{pc, std::move(data.value()), std::move(core.value())});
+  }
+  sessions_.resize(config_.max_clients);
+  for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
+
+  auto lfd = shm::listen_unix(socket_path_);
+  if (!lfd) return lfd.status();
+  listen_fd_ = std::move(lfd.value());
+  // Group members may attach (the systemd unit's group); others are refused by the OS.
+  ::chmod(socket_path_.c_str(), 0660);
+
+  epoll_fd_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  stop_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_fd_ || !stop_fd_) return io_error("epoll/eventfd", errno);
+  auto add = [&](int fd, uint64_t data) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = data;
+    return ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
+  };
+  if (add(listen_fd_.get(), tag(kListen, 0)) != 0 || add(stop_fd_.get(), tag(kStop, 0)) != 0)
+    return io_error("epoll_ctl", errno);
+
+  uint32_t max_payload = shm::max_ring_payload(config_.ring_bytes);
+  scratch_.resize(max_payload);
+  items_.reserve(max_payload / sizeof(pool::RegisterItem));
+  hashes_.reserve(max_payload / sizeof(uint64_t));
+  refs_.reserve(max_payload / sizeof(pool::BlockRef));
+  return Status::ok();
+}
+
+void Engine::request_stop() {
+  uint64_t one = 1;
+  ssize_t r = ::write(stop_fd_.get(), &one, sizeof(one));
+  (void)r;
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+Status Engine::run(const EngineHooks& hooks) {
+  // Everything is valid: say so last, with release, so readers that see kReady see it all.
+  ctl_->state.store(static_cast<uint32_t>(shm::DaemonState::kReady), std::memory_order_release);
+  spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}",
+               config_.instance, socket_path_, pools_.size(), config_.max_clients);
+  for (auto& p : pools_)
+    spdlog::info("pool '{}': {} host blocks of {} bytes", p.config.name, p.core.num_blocks(),
+                 Layout::create(p.config.layout)->block_bytes());
+  if (hooks.ready) hooks.ready();
+
+  uint32_t idle = 0;
+  uint64_t loops = 0;
+  while (!stopping_) {
+    ++loops;
+    bool worked = false;
+    const uint32_t n = static_cast<uint32_t>(sessions_.size());
+    for (uint32_t k = 0; k < n; ++k) {
+      Session& s = sessions_[(rr_next_ + k) % n];
+      if (s.ready && s.state == SlotState::kAttached) worked |= drain(s, kDrainBudget);
+    }
+    rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
+    if (worked) {
+      idle = 0;
+      if ((loops & 255) == 0) handle_events(0);
+      continue;
+    }
+    if (++idle < config_.spin_iterations) {
+      shm::cpu_relax();
+      if ((idle & 1023) == 0) handle_events(0);
+      continue;
+    }
+    // Park. Dekker with clients: we store daemon_sleeping then re-read every tail; a client
+    // stores its tail then reads daemon_sleeping. One of us sees the other's store, so a
+    // request is either found here or its client rings our eventfd.
+    ctl_->daemon_sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!any_request_pending()) {
+      bump(ctl_->stats.engine_sleeps, 1);
+      handle_events(kTickMs);
+    }
+    ctl_->daemon_sleeping.store(0, std::memory_order_relaxed);
+    idle = 0;
+    uint64_t t = now_ns(CLOCK_MONOTONIC);
+    if (t - last_periodic_ns_ > 50'000'000ull) {
+      last_periodic_ns_ = t;
+      periodic();
+      if (hooks.watchdog) hooks.watchdog();
+      if (hooks.status && (loops & 63) == 0) {
+        auto c = pools_.empty() ? pool::PoolCounts{} : pools_[0].core.counts();
+        uint32_t clients = 0;
+        for (auto& s : sessions_) clients += s.state != SlotState::kFree;
+        hooks.status("clients " + std::to_string(clients) + ", pool '" +
+                     (pools_.empty() ? std::string() : pools_[0].config.name) + "' free " +
+                     std::to_string(c.free) + "/" + std::to_string(c.total));
+      }
+    }
+  }
+  shutdown();
+  return Status::ok();
+}
+
+bool Engine::any_request_pending() {
+  for (auto& s : sessions_) {
+    if (!s.ready || s.state != SlotState::kAttached) continue;
+    auto r = s.requests->poll();
+    if (!r || !r->empty()) return true;  // a record, or an error to handle
+  }
+  return false;
+}
+
+void Engine::periodic() {
+  uint64_t t = now_ns(CLOCK_MONOTONIC);
+  ctl_->heartbeat_ns.store(t, std::memory_order_relaxed);
+  // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
+  for (auto& s : sessions_)
+    if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");
+  // Connections that never said Hello.
+  for (size_t i = 0; i < pending_.size();) {
+    if (t - pending_[i].accepted_ns > kHelloTimeoutNs) {
+      spdlog::warn("dropping a connection that sent no hello within 5 s");
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Engine::handle_events(int timeout_ms) {
+  epoll_event evs[64];
+  int n = ::epoll_wait(epoll_fd_.get(), evs, 64, timeout_ms);
+  for (int i = 0; i < n; ++i) {
+    uint64_t d = evs[i].data.u64;
+    auto kind = static_cast<Kind>(d >> 32);
+    auto idx = static_cast<uint32_t>(d & 0xFFFFFFFFu);
+    switch (kind) {
+      case kListen: accept_clients(); break;
+      case kStop: stopping_ = true; break;
+      case kPending: {
+        for (size_t p = 0; p < pending_.size(); ++p)
+          if (static_cast<uint32_t>(pending_[p].sock.get()) == idx) {
+            on_pending_readable(p);
+            break;
+          }
+        break;
+      }
+      case kSock: on_session_socket(idx, evs[i].events); break;
+      case kPid:
+        if (idx < sessions_.size() && sessions_[idx].state != SlotState::kFree)
+          check_liveness(sessions_[idx], "process exited");
+        break;
+      case kBell: {
+        if (idx < sessions_.size() && sessions_[idx].doorbell) {
+          uint64_t v;
+          ssize_t r = ::read(sessions_[idx].doorbell.get(), &v, sizeof(v));
+          (void)r;  // only clears the eventfd; the rings are drained by the loop
+        }
+        break;
+      }
+    }
+  }
+}
+
+// ---- attach ------------------------------------------------------------------------------
+
+void Engine::accept_clients() {
+  while (true) {
+    auto c = shm::accept_unix(listen_fd_.get());
+    if (!c) {
+      spdlog::warn("accept: {}", c.status().to_string());
+      return;
+    }
+    if (!c.value()) return;  // EAGAIN
+    int fd = c->get();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = tag(kPending, static_cast<uint32_t>(fd));
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) continue;
+    pending_.push_back(Pending{std::move(c.value()), now_ns(CLOCK_MONOTONIC)});
+  }
+}
+
+void Engine::refuse(int fd, ErrorCode code, const std::string& message) {
+  proto::Refusal r{};
+  r.magic = proto::kHelloMagic;
+  r.type = proto::MsgType::kRefusal;
+  r.code = static_cast<uint16_t>(code);
+  std::memcpy(r.message, message.data(), std::min(message.size(), sizeof(r.message) - 1));
+  (void)shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+  bump(ctl_->stats.refused_attaches, 1);
+  spdlog::warn("refused a client: {}", message);
+}
+
+void Engine::on_pending_readable(size_t index) {
+  Pending p = std::move(pending_[index]);
+  pending_.erase(pending_.begin() + static_cast<long>(index));
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, p.sock.get(), nullptr);
+  alignas(8) std::byte buf[256];
+  auto n = shm::recv_message(p.sock.get(), buf, nullptr, 0);
+  if (!n || *n == 0) return;  // hung up or garbage before hello: just drop it
+  on_hello(std::move(p.sock), buf, *n);
+}
+
+void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
+  proto::Hello h{};
+  if (len != sizeof(h)) {
+    refuse(sock.get(), ErrorCode::kProtocolError, "malformed hello (" + std::to_string(len) + " bytes)");
+    return;
+  }
+  std::memcpy(&h, msg, sizeof(h));
+  if (h.magic != proto::kHelloMagic ||
+      (h.type != proto::MsgType::kHello && h.type != proto::MsgType::kObserve)) {
+    refuse(sock.get(), ErrorCode::kProtocolError, "not a kvpool hello");
+    return;
+  }
+  if (h.layout_major != shm::kLayoutMajor) {
+    refuse(sock.get(), ErrorCode::kVersionMismatch,
+           "client speaks shm layout " + std::to_string(h.layout_major) + "." +
+               std::to_string(h.layout_minor) + ", kvpoold speaks " +
+               std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor) +
+               "; rebuild the worker against a matching libkvpool");
+    return;
+  }
+  h.instance[sizeof(h.instance) - 1] = '\0';
+  if (config_.instance != h.instance) {
+    refuse(sock.get(), ErrorCode::kNotFound,
+           std::string("this socket serves instance '") + config_.instance + "', not '" + h.instance + "'");
+    return;
+  }
+  auto cred = shm::peer_credentials(sock.get());
+  if (!cred) {
+    refuse(sock.get(), ErrorCode::kPermissionDenied, cred.status().message());
+    return;
+  }
+  auto allowed = [](const auto& list, auto v) {
+    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+  };
+  if (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid)) {
+    refuse(sock.get(), ErrorCode::kPermissionDenied,
+           "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
+               " may not attach to instance '" + config_.instance + "' (allowed_uids/allowed_gids)");
+    return;
+  }
+  auto ro = control_.open_readonly_fd();
+  if (!ro) {
+    refuse(sock.get(), ErrorCode::kInternal, ro.status().message());
+    return;
+  }
+
+  proto::Welcome w{};
+  w.magic = proto::kHelloMagic;
+  w.type = proto::MsgType::kWelcome;
+  w.layout_major = shm::kLayoutMajor;
+  w.layout_minor = shm::kLayoutMinor;
+  if (h.type == proto::MsgType::kObserve) {
+    // kvpoolctl: the control segment, read-only, and nothing else.
+    int fds[1] = {ro->get()};
+    w.num_fds = 1;
+    w.slot = 0xFFFFFFFFu;
+    (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
+    return;
+  }
+
+  auto free_it = std::find_if(sessions_.begin(), sessions_.end(),
+                              [](const Session& s) { return s.state == SlotState::kFree; });
+  if (free_it == sessions_.end()) {
+    refuse(sock.get(), ErrorCode::kResourceExhausted,
+           "instance '" + config_.instance + "' has all " + std::to_string(config_.max_clients) +
+               " client slots in use (raise max_clients)");
+    return;
+  }
+  Session& s = *free_it;
+  auto lay = shm::client_segment_layout(config_.ring_bytes);
+  auto seg = shm::Segment::create_anonymous("kvpool-client", lay.total_bytes);
+  if (!seg) {
+    refuse(sock.get(), seg.status().code(), "cannot create the client segment: " + seg.status().message());
+    return;
+  }
+  auto* ch = new (seg->data()) shm::ClientHeader{};
+  ch->magic = shm::kClientMagic;
+  ch->layout_major = shm::kLayoutMajor;
+  ch->layout_minor = shm::kLayoutMinor;
+  ch->slot = s.slot;
+  ch->generation = s.generation + 1;
+  ch->ring_capacity = config_.ring_bytes;
+  ch->request_offset = lay.request_offset;
+  ch->response_offset = lay.response_offset;
+  Status st = shm::init(ch->lease);
+  auto* base = seg->as<char>();
+  auto req = shm::init_ring(base + lay.request_offset, shm::ring_bytes(config_.ring_bytes), config_.ring_bytes);
+  auto resp = shm::init_ring(base + lay.response_offset, shm::ring_bytes(config_.ring_bytes), config_.ring_bytes);
+  auto pidfd = shm::pidfd_open(cred->pid);
+  UniqueFd bell(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  auto segfd = seg->dup_fd();
+  if (!st.is_ok() || !req || !resp || !pidfd || !bell || !segfd) {
+    refuse(sock.get(), ErrorCode::kInternal, "cannot set up the client segment");
+    return;
+  }
+  std::vector<int> fds{ro->get(), segfd->get(), bell.get()};
+  std::vector<UniqueFd> pool_fds;
+  for (auto& p : pools_) {
+    auto d = p.data.dup_fd();
+    if (!d) {
+      refuse(sock.get(), ErrorCode::kInternal, d.status().message());
+      return;
+    }
+    fds.push_back(d->get());
+    pool_fds.push_back(std::move(d.value()));
+  }
+  w.slot = s.slot;
+  w.generation = s.generation + 1;
+  w.num_fds = static_cast<uint32_t>(fds.size());
+  w.ring_capacity = config_.ring_bytes;
+  if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds); !sent.is_ok()) {
+    spdlog::warn("welcome to pid {} failed: {}", cred->pid, sent.to_string());
+    return;
+  }
+  s.generation += 1;
+  s.state = SlotState::kAttaching;
+  s.ready = false;
+  s.sock = std::move(sock);
+  s.pidfd = std::move(pidfd.value());
+  s.doorbell = std::move(bell);
+  s.header = ch;
+  s.requests.emplace(*req, config_.ring_bytes);
+  s.responses.emplace(*resp, config_.ring_bytes);
+  s.segment = std::move(seg.value());
+  s.pid = cred->pid;
+  s.uid = cred->uid;
+  s.gid = cred->gid;
+  s.attach_ns = now_ns(CLOCK_REALTIME);
+  s.protocol_errors = 0;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = tag(kSock, s.slot);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.sock.get(), &ev);
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag(kPid, s.slot);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.pidfd.get(), &ev);
+  publish_slot(s);
+}
+
+void Engine::on_session_socket(uint32_t slot, uint32_t events) {
+  if (slot >= sessions_.size()) return;
+  Session& s = sessions_[slot];
+  if (s.state == SlotState::kFree) return;
+  if (events & EPOLLIN) {
+    alignas(8) std::byte buf[64];
+    auto n = shm::recv_message(s.sock.get(), buf, nullptr, 0);
+    if (n && *n == sizeof(proto::Ready) && !s.ready) {
+      proto::Ready r;
+      std::memcpy(&r, buf, sizeof(r));
+      if (r.magic == proto::kHelloMagic && r.type == proto::MsgType::kReady) {
+        on_ready(s);
+        return;
+      }
+    }
+    if (n && *n > 0) {
+      disconnect(s, "unexpected message on the socket");
+      return;
+    }
+    // n == 0: orderly hang-up, handled below.
+  }
+  check_liveness(s, "socket hang-up");
+}
+
+void Engine::on_ready(Session& s) {
+  s.ready = true;
+  s.state = SlotState::kAttached;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag(kBell, s.slot);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.doorbell.get(), &ev);
+  bump(ctl_->stats.clients_attached, 1);
+  publish_slot(s);
+  spdlog::info("client attached: slot {} gen {} pid {} uid {}", s.slot, s.generation, s.pid, s.uid);
+}
+
+// Decides whether a client that hung up (or whose process exited) is gone. Its lease
+// mutex is the proof: we can take it only if its holder unlocked it (clean detach) or died
+// (EOWNERDEAD). A lease still held means a live client: it is flagged, never reclaimed.
+void Engine::check_liveness(Session& s, const char* why) {
+  if (!s.ready) {
+    end_session(s, false, std::string(why) + " before attach completed");
+    return;
+  }
+  shm::LockResult r = shm::try_lock(s.header->lease);
+  switch (r) {
+    case shm::LockResult::kAcquired:
+      (void)shm::unlock(s.header->lease);
+      end_session(s, false, why);
+      return;
+    case shm::LockResult::kOwnerDied:
+      (void)shm::unlock(s.header->lease);
+      end_session(s, true, why);
+      return;
+    case shm::LockResult::kBusy:
+      if (s.state != SlotState::kSuspect) {
+        spdlog::warn("client slot {} pid {}: {} but its lease is held; not reclaiming a live client",
+                     s.slot, s.pid, why);
+        s.state = SlotState::kSuspect;
+        publish_slot(s);
+      }
+      return;
+    default: {
+      // A lease the client scribbled over proves nothing; its exited process does.
+      pollfd pfd{s.pidfd.get(), POLLIN, 0};
+      if (::poll(&pfd, 1, 0) == 1) {
+        end_session(s, true, std::string(why) + " (lease unusable, process gone)");
+      } else if (s.state != SlotState::kSuspect) {
+        s.state = SlotState::kSuspect;
+        publish_slot(s);
+      }
+      return;
+    }
+  }
+}
+
+void Engine::end_session(Session& s, bool died, const std::string& why) {
+  uint32_t returned = 0;
+  if (s.ready)
+    for (auto& p : pools_) returned += p.core.release_owner(s.slot);
+  if (died) {
+    bump(ctl_->stats.reclaimed_clients, 1);
+    bump(ctl_->stats.reclaimed_blocks, returned);
+    spdlog::info("client reclaimed: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
+                 s.uid, why, returned);
+  } else {
+    if (s.ready) bump(ctl_->stats.clients_detached, 1);
+    spdlog::info("client detached: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
+                 s.uid, why, returned);
+  }
+  if (s.sock) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.sock.get(), nullptr);
+  if (s.pidfd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.pidfd.get(), nullptr);
+  if (s.doorbell) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.doorbell.get(), nullptr);
+  uint32_t slot = s.slot, gen = s.generation;
+  s = Session{};
+  s.slot = slot;
+  s.generation = gen;  // the next attach bumps it
+  publish_slot(s);
+}
+
+void Engine::disconnect(Session& s, const std::string& why) {
+  spdlog::warn("disconnecting client slot {} pid {}: {}", s.slot, s.pid, why);
+  bump(ctl_->stats.disconnects, 1);
+  // Cutting the socket is what the client notices (its calls then fail); its blocks are
+  // returned now, since it can no longer use them through us.
+  end_session(s, false, "disconnected: " + why);
+}
+
+void Engine::publish_slot(const Session& s) {
+  shm::SlotInfo& i = slots_info_[s.slot];
+  i.pid.store(s.pid, std::memory_order_relaxed);
+  i.uid.store(s.uid, std::memory_order_relaxed);
+  i.attach_time_ns.store(s.attach_ns, std::memory_order_relaxed);
+  i.generation.store(s.generation, std::memory_order_relaxed);
+  i.state.store(static_cast<uint32_t>(s.state), std::memory_order_release);
+}
+
+// ---- requests ----------------------------------------------------------------------------
+
+bool Engine::drain(Session& s, uint32_t budget) {
+  bool worked = false;
+  for (uint32_t k = 0; k < budget; ++k) {
+    auto r = s.requests->poll();
+    if (!r) {
+      disconnect(s, "request ring corrupt: " + r.status().message());
+      return true;
+    }
+    if (r->empty()) break;
+    // Copy once: the client may keep writing its ring while we work.
+    uint32_t len = r->payload_len;
+    std::memcpy(scratch_.data(), r->payload, len);
+    if (process(s, r->type, scratch_.data(), len) == Outcome::kBackpressure) break;
+    if (s.state == SlotState::kFree) return true;  // disconnected while processing
+    s.requests->consume();
+    worked = true;
+  }
+  return worked;
+}
+
+Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payload, uint32_t len) {
+  bump(ctl_->stats.requests, 1);
+  bump(slots_info_[s.slot].requests, 1);
+  proto::RequestHeader rq{};
+  Status st;
+  auto op = static_cast<proto::Opcode>(type);
+  bool answers = type == 0 || type > proto::kMaxOpcode || proto::opcode_answers(op);
+  if (len >= sizeof(rq)) std::memcpy(&rq, payload, sizeof(rq));
+  const std::byte* items = payload + sizeof(rq);
+  const uint64_t item_bytes = len >= sizeof(rq) ? len - sizeof(rq) : 0;
+
+  // Room for the largest answer first: once the pool changed, the answer must fit.
+  uint32_t max_refs = answers ? std::min<uint32_t>(rq.count, static_cast<uint32_t>(refs_.capacity())) : 0;
+  uint32_t answer_bytes = static_cast<uint32_t>(sizeof(proto::ResponseHeader) + max_refs * sizeof(pool::BlockRef) + proto::kMaxErrorMessage);
+  void* out = nullptr;
+  if (answers) {
+    answer_bytes = std::min(answer_bytes, s.responses->max_payload());
+    auto claim = s.responses->try_claim(type == 0 || type > proto::kMaxOpcode ? 0xFFFFu : type, answer_bytes);
+    if (!claim) {
+      disconnect(s, "response ring corrupt: " + claim.status().message());
+      return Outcome::kDone;
+    }
+    if (*claim == nullptr) return Outcome::kBackpressure;  // the client is not reading yet
+    out = *claim;
+  }
+  auto* refs_out = reinterpret_cast<pool::BlockRef*>(static_cast<std::byte*>(out) + sizeof(proto::ResponseHeader));
+  uint32_t count_out = 0;
+
+  if (len < sizeof(rq)) {
+    st = Status(ErrorCode::kProtocolError, "record of " + std::to_string(len) + " bytes is shorter than a request header");
+  } else if (type == 0 || type > proto::kMaxOpcode) {
+    st = Status(ErrorCode::kProtocolError, "unknown opcode " + std::to_string(type));
+  } else if (op != proto::Opcode::kPing && rq.pool >= pools_.size()) {
+    st = Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) + " does not exist (" + std::to_string(pools_.size()) + " pools)");
+  } else if (op == proto::Opcode::kAllocate ? item_bytes != 0
+                                            : item_bytes != uint64_t{rq.count} * proto::request_item_bytes(op)) {
+    st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) + " bytes does not hold " + std::to_string(rq.count) + " items");
+  } else if (answers && rq.count > max_refs) {
+    st = Status(ErrorCode::kInvalidArgument, "batch of " + std::to_string(rq.count) + " exceeds the " + std::to_string(max_refs) + " one request can carry (ring_bytes)");
+  } else {
+    pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : &pools_[rq.pool].core;
+    switch (op) {
+      case proto::Opcode::kAllocate:
+        st = core->allocate(s.slot, rq.count, refs_out);
+        if (st.is_ok()) count_out = rq.count;
+        break;
+      case proto::Opcode::kRegister: {
+        items_.resize(rq.count);
+        std::memcpy(items_.data(), items, item_bytes);
+        st = core->register_blocks(s.slot, items_, refs_out);
+        if (st.is_ok()) count_out = rq.count;
+        break;
+      }
+      case proto::Opcode::kMatch: {
+        hashes_.resize(rq.count);
+        std::memcpy(hashes_.data(), items, item_bytes);
+        auto m = core->match(s.slot, hashes_, refs_out);
+        if (m) count_out = *m; else st = m.status();
+        break;
+      }
+      case proto::Opcode::kReleaseMutable:
+      case proto::Opcode::kReleaseImmutable: {
+        refs_.resize(rq.count);
+        std::memcpy(refs_.data(), items, item_bytes);
+        // Fire and forget: a bad handle is counted in the pool's rejected_handles.
+        (void)(op == proto::Opcode::kReleaseMutable ? core->release_mutable(s.slot, refs_)
+                                                    : core->release_immutable(s.slot, refs_));
+        break;
+      }
+      case proto::Opcode::kPing: break;
+    }
+  }
+  if (st.code() == ErrorCode::kProtocolError) {
+    bump(ctl_->stats.protocol_errors, 1);
+    bump(slots_info_[s.slot].protocol_errors, 1);
+    if (++s.protocol_errors > kMaxProtocolErrors) {
+      disconnect(s, "more than " + std::to_string(kMaxProtocolErrors) + " malformed records");
+      return Outcome::kDone;
+    }
+  }
+  if (!answers) return Outcome::kDone;
+  proto::ResponseHeader rh{};
+  rh.correlation_id = rq.correlation_id;
+  rh.status = static_cast<uint16_t>(st.code());
+  rh.count = count_out;
+  uint32_t room = answer_bytes - static_cast<uint32_t>(sizeof(rh) + count_out * sizeof(pool::BlockRef));
+  rh.message_len = static_cast<uint32_t>(std::min<size_t>(st.message().size(), room));
+  std::memcpy(out, &rh, sizeof(rh));
+  std::memcpy(reinterpret_cast<std::byte*>(refs_out + count_out), st.message().data(), rh.message_len);
+  s.responses->publish();
+  return Outcome::kDone;
+}
+
+void Engine::shutdown() {
+  spdlog::info("kvpoold stopping: telling {} client(s)",
+               std::count_if(sessions_.begin(), sessions_.end(),
+                             [](const Session& s) { return s.state != SlotState::kFree; }));
+  ctl_->state.store(static_cast<uint32_t>(shm::DaemonState::kStopping), std::memory_order_release);
+  for (auto& s : sessions_) {
+    if (s.state == SlotState::kFree) continue;
+    // Wake a client parked on its response ring so it sees the hang-up at once.
+    if (s.responses) s.responses->publish();
+    s = Session{};
+  }
+  pending_.clear();
+  ::unlink(socket_path_.c_str());
+  listen_fd_.reset();
+}
+
+}  // namespace kvpool::daemon

@@ -1,0 +1,95 @@
+// kvpoold's progress engine: the single writer of pool state. One thread drains every
+// client's request ring in FIFO order (round robin across clients, a bounded batch each),
+// answers on the response ring, accepts and reaps clients, and parks on epoll when idle.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/session.hpp"
+#include "kvpool/core/status.hpp"
+#include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/segment.hpp"
+#include "kvpool/shm/segment_layout.hpp"
+
+namespace kvpool::daemon {
+
+struct EngineHooks {
+  std::function<void()> ready;                       // every segment valid, socket listening
+  std::function<void(const std::string&)> status;    // a one-line status, now and then
+  std::function<void()> watchdog;                    // the engine loop is alive
+};
+
+class Engine {
+ public:
+  // Creates the control segment, the pools and the listening socket. Nothing is left
+  // half-made on error: segments and socket file are removed again.
+  static Result<std::unique_ptr<Engine>> create(const Config& config);
+  ~Engine();
+
+  // Runs until request_stop(); then tells clients, unlinks segments and returns.
+  Status run(const EngineHooks& hooks = {});
+  // Async-signal-safe: may be called from a signal handler or another thread.
+  void request_stop();
+
+  const std::string& socket_file() const { return socket_path_; }
+  const std::string& runtime_dir() const { return runtime_dir_; }
+
+ private:
+  struct HostPool {
+    PoolConfig config;
+    shm::Segment data;
+    pool::PoolCore core;
+  };
+  struct Pending {  // a connection that has not said Hello yet
+    shm::UniqueFd sock;
+    uint64_t accepted_ns;
+  };
+
+  explicit Engine(Config config) : config_(std::move(config)) {}
+  Status init();
+  void handle_events(int timeout_ms);
+  void accept_clients();
+  void on_pending_readable(size_t index);
+  void on_session_socket(uint32_t slot, uint32_t events);
+  void on_hello(shm::UniqueFd sock, const void* msg, size_t len);
+  void refuse(int fd, ErrorCode code, const std::string& message);
+  void on_ready(Session& s);
+  void check_liveness(Session& s, const char* why);
+  void end_session(Session& s, bool died, const std::string& why);
+  void disconnect(Session& s, const std::string& why);
+  bool drain(Session& s, uint32_t budget);
+  enum class Outcome { kDone, kBackpressure };
+  Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
+  bool any_request_pending();
+  void periodic();
+  void publish_slot(const Session& s);
+  void shutdown();
+
+  Config config_;
+  std::string runtime_dir_;
+  std::string socket_path_;
+  shm::Segment control_;
+  shm::ControlHeader* ctl_ = nullptr;
+  shm::SlotInfo* slots_info_ = nullptr;
+  std::vector<HostPool> pools_;
+  std::vector<Session> sessions_;
+  std::vector<Pending> pending_;
+  shm::UniqueFd listen_fd_;
+  shm::UniqueFd epoll_fd_;
+  shm::UniqueFd stop_fd_;  // eventfd
+  std::vector<std::byte> scratch_;  // a copy of the request payload being processed
+  std::vector<pool::RegisterItem> items_;
+  std::vector<uint64_t> hashes_;
+  std::vector<pool::BlockRef> refs_;
+  uint64_t last_periodic_ns_ = 0;
+  uint32_t rr_next_ = 0;
+  bool stopping_ = false;
+  bool created_ = false;
+};
+
+}  // namespace kvpool::daemon

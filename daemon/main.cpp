@@ -1,0 +1,90 @@
+// kvpoold: owns a host's KV block memory and registry; workers attach with libkvpool.
+//   kvpoold [--config FILE] [--instance NAME] [--runtime-dir DIR] [--log-level LEVEL]
+//   kvpoold --print-default-config
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "daemon/config.hpp"
+#include "daemon/engine.hpp"
+#include "daemon/notify.hpp"
+
+namespace {
+
+kvpool::daemon::Engine* g_engine = nullptr;
+
+void on_signal(int) {
+  if (g_engine) g_engine->request_stop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvpool::daemon;
+  CLI::App app{"kvpoold: host-local KV-cache block manager daemon"};
+  std::string config_path, instance, runtime_dir, log_level;
+  bool print_default = false;
+  app.add_option("-c,--config", config_path, "JSON configuration file");
+  app.add_option("--instance", instance, "instance name (overrides the config)");
+  app.add_option("--runtime-dir", runtime_dir, "directory of the socket (overrides the config)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_flag("--print-default-config", print_default, "print the built-in configuration and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (print_default) {
+    std::cout << config_to_json(default_config()) << "\n";
+    return 0;
+  }
+  auto logger = spdlog::stderr_color_mt("kvpoold");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  kvpool::Result<Config> cfg = config_path.empty() ? kvpool::Result<Config>(default_config())
+                                                   : load_config_file(config_path);
+  if (!cfg) {
+    std::fprintf(stderr, "kvpoold: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  Config config = std::move(cfg.value());
+  if (!instance.empty()) config.instance = instance;
+  if (!runtime_dir.empty()) config.runtime_dir = runtime_dir;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (auto st = validate_config(config); !st.is_ok()) {
+    std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+
+  auto engine = Engine::create(config);
+  if (!engine) {
+    std::fprintf(stderr, "kvpoold: %s\n", engine.status().to_string().c_str());
+    notify_status("failed: " + engine.status().message());
+    return 1;
+  }
+  g_engine = engine->get();
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  EngineHooks hooks;
+  hooks.ready = [] { notify_ready(); };
+  hooks.watchdog = [] { notify_watchdog(); };
+  hooks.status = [](const std::string& s) { notify_status(s); };
+  kvpool::Status st = (*engine)->run(hooks);
+  notify_stopping();
+  g_engine = nullptr;
+  engine->reset();
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  spdlog::info("kvpoold stopped");
+  return 0;
+}

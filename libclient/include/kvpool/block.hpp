@@ -1,0 +1,95 @@
+// Block handles a worker holds, mirroring Dynamo's BlockPool API.
+//
+// MutableBlock: unique and move-only. Fill it (token API, and bytes at address()), then
+// hand it to Pool::register_blocks. Destroying it returns the block, reset, to the pool.
+//
+// ImmutableBlock: a registered block, shared. Copies are cheap; the last copy in this
+// process drops one daemon reference. A block nobody references stays matchable
+// (inactive) until the pool needs it back.
+//
+// Releases are batched and sent without waiting for an answer. Handles must not outlive
+// the Client they came from (they keep its connection alive while they exist).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "kvpool/core/block_state.hpp"
+#include "kvpool/core/hash.hpp"
+#include "kvpool/core/status.hpp"
+
+namespace kvpool {
+
+namespace detail {
+class ClientImpl;
+struct ImmutableState;
+}  // namespace detail
+
+class MutableBlock {
+ public:
+  MutableBlock(MutableBlock&&) noexcept;
+  MutableBlock& operator=(MutableBlock&&) noexcept;
+  MutableBlock(const MutableBlock&) = delete;
+  MutableBlock& operator=(const MutableBlock&) = delete;
+  ~MutableBlock();
+
+  // Token API (DESIGN.md §1): Reset -> Partial -> Complete.
+  Status init_sequence(Salt salt, std::optional<SequenceHash> parent = std::nullopt);
+  Status add_token(Token token);
+  Result<size_t> add_tokens(std::span<const Token> tokens);  // how many fitted
+  Status pop_token();
+  Status pop_tokens(size_t n);
+  Status commit();  // only when exactly page_size tokens; computes the hashes
+  void reset();
+  const BlockState& state() const { return state_; }
+  Result<SequenceHash> sequence_hash() const { return state_.sequence_hash(); }
+
+  // Eviction priority once registered and unreferenced: lower is evicted first.
+  void set_priority(uint32_t priority) { priority_ = priority; }
+  uint32_t priority() const { return priority_; }
+
+  // Host pools: the bytes of (layer, outer) of this block in the mapped pool.
+  Result<std::byte*> address(uint32_t layer, uint32_t outer) const;
+  uint32_t block_id() const { return id_; }
+  uint32_t generation() const { return generation_; }
+  uint32_t pool_index() const { return pool_; }
+  bool valid() const { return client_ != nullptr; }
+
+ private:
+  friend class Pool;
+  friend class PoolAccess;
+  MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool, uint32_t id, uint32_t gen,
+               uint32_t page_size);
+  void release();
+  std::shared_ptr<detail::ClientImpl> client_;
+  uint32_t pool_ = 0;
+  uint32_t id_ = 0;
+  uint32_t generation_ = 0;
+  uint32_t priority_ = 0;
+  BlockState state_;
+};
+
+class ImmutableBlock {
+ public:
+  ImmutableBlock() = default;
+  SequenceHash sequence_hash() const;
+  uint32_t block_id() const;
+  uint32_t generation() const;
+  uint32_t pool_index() const;
+  // Host pools: the bytes of (layer, outer) of this block (read them; the writer is done).
+  Result<const std::byte*> address(uint32_t layer, uint32_t outer) const;
+  bool valid() const { return state_ != nullptr; }
+  // Drops this copy now (the reference goes when the last copy goes).
+  void reset() { state_.reset(); }
+
+ private:
+  friend class Pool;
+  friend class PoolAccess;
+  explicit ImmutableBlock(std::shared_ptr<detail::ImmutableState> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::ImmutableState> state_;
+};
+
+}  // namespace kvpool

@@ -1,0 +1,170 @@
+#include "kvpool/client.hpp"
+
+#include "client_impl.hpp"
+
+namespace kvpool {
+namespace {
+
+using detail::ClientImpl;
+using proto::Opcode;
+
+std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                                            const std::vector<pool::BlockRef>& refs,
+                                            std::span<const SequenceHash> hashes);
+
+}  // namespace
+
+// ---- Pool --------------------------------------------------------------------------------
+
+const std::string& Pool::name() const { return client_->conn->pools()[index_].name; }
+const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_].layout.config(); }
+
+// Lets the pool build and retire handles without widening their public API.
+class PoolAccess {
+ public:
+  static void forget(MutableBlock& b) { b.client_.reset(); }
+  static ImmutableBlock make_immutable(std::shared_ptr<detail::ImmutableState> s) {
+    return ImmutableBlock(std::move(s));
+  }
+};
+
+Result<std::vector<MutableBlock>> Pool::allocate_blocks(uint32_t count) {
+  return allocate_blocks_async(count).get();
+}
+
+std::future<Result<std::vector<MutableBlock>>> Pool::allocate_blocks_async(uint32_t count) {
+  auto corr = client_->conn->send(Opcode::kAllocate, index_, count, nullptr, 0);
+  auto c = client_;
+  uint32_t pool = index_;
+  uint32_t page = layout().page_size;
+  return std::async(std::launch::deferred, [c, pool, page, corr]() -> Result<std::vector<MutableBlock>> {
+    if (!corr) return corr.status();
+    auto r = c->conn->wait(*corr);
+    if (!r) return r.status();
+    if (r->code != ErrorCode::kOk) return r->status();
+    std::vector<MutableBlock> out;
+    out.reserve(r->refs.size());
+    for (auto ref : r->refs) out.push_back(MutableBlock(c, pool, ref.id, ref.generation, page));
+    return out;
+  });
+}
+
+Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks) {
+  return register_blocks_async(std::move(blocks)).get();
+}
+
+std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(std::vector<MutableBlock> blocks) {
+  auto c = client_;
+  uint32_t pool = index_;
+  std::vector<pool::RegisterItem> items(blocks.size());
+  std::vector<SequenceHash> hashes(blocks.size());
+  Status bad;
+  for (size_t i = 0; i < blocks.size() && bad.is_ok(); ++i) {
+    MutableBlock& b = blocks[i];
+    if (!b.valid() || b.pool_index() != pool) {
+      bad = Status(ErrorCode::kInvalidArgument, "block " + std::to_string(i) + " does not belong to pool '" + name() + "'");
+      break;
+    }
+    auto seq = b.state().sequence_hash();
+    auto bh = b.state().block_hash();
+    if (!seq || !bh || !b.state().is_complete()) {
+      bad = Status(ErrorCode::kInvalidState,
+                   "block " + std::to_string(i) + " must be committed (Complete) before register, it is " +
+                       std::string(block_state_name(b.state().kind())));
+      break;
+    }
+    auto parent = b.state().parent_sequence_hash();
+    items[i] = pool::RegisterItem{{b.block_id(), b.generation()}, *seq, *bh, parent.value_or(0), b.priority(), parent ? 1u : 0u};
+    hashes[i] = *seq;
+  }
+  Result<uint64_t> corr = bad.is_ok() ? c->conn->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
+                                                      items.data(), items.size() * sizeof(pool::RegisterItem))
+                                      : Result<uint64_t>(bad);
+  // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
+  // forget them without releasing. On failure nothing changed daemon-side and the
+  // vector's destructor releases them as usual.
+  std::shared_ptr<std::vector<MutableBlock>> keep = std::make_shared<std::vector<MutableBlock>>(std::move(blocks));
+  return std::async(std::launch::deferred, [c, pool, corr, keep, hashes = std::move(hashes)]() -> Result<std::vector<ImmutableBlock>> {
+    if (!corr) return corr.status();
+    auto r = c->conn->wait(*corr);
+    if (!r) return r.status();
+    if (r->code != ErrorCode::kOk) return r->status();
+    for (auto& b : *keep) PoolAccess::forget(b);
+    return make_immutables(c, pool, r->refs, hashes);
+  });
+}
+
+Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(std::span<const SequenceHash> hashes) {
+  return match_sequence_hashes_async(hashes).get();
+}
+
+std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_async(std::span<const SequenceHash> hashes) {
+  auto c = client_;
+  uint32_t pool = index_;
+  auto corr = c->conn->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()), hashes.data(),
+                            hashes.size() * sizeof(SequenceHash));
+  std::vector<SequenceHash> h(hashes.begin(), hashes.end());
+  return std::async(std::launch::deferred, [c, pool, corr, h = std::move(h)]() -> Result<std::vector<ImmutableBlock>> {
+    if (!corr) return corr.status();
+    auto r = c->conn->wait(*corr);
+    if (!r) return r.status();
+    if (r->code != ErrorCode::kOk) return r->status();
+    return make_immutables(c, pool, r->refs, h);
+  });
+}
+
+namespace {
+
+std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                                            const std::vector<pool::BlockRef>& refs,
+                                            std::span<const SequenceHash> hashes) {
+  std::vector<ImmutableBlock> out;
+  out.reserve(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i) {
+    auto st = std::make_shared<detail::ImmutableState>(c, pool, refs[i], hashes[i]);
+    out.push_back(PoolAccess::make_immutable(std::move(st)));
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- Client ------------------------------------------------------------------------------
+
+Result<Client> Client::connect(std::string_view instance, const ConnectOptions& options) {
+  detail::ConnectionOptions o;
+  o.runtime_dir = options.runtime_dir;
+  o.connect_timeout = options.connect_timeout;
+  o.spin_iterations = options.spin_iterations;
+  auto conn = detail::Connection::open(std::string(instance), o);
+  if (!conn) return conn.status();
+  return Client(std::make_shared<ClientImpl>(std::move(conn.value())));
+}
+
+Result<Pool> Client::pool(std::string_view name) const {
+  const auto& pools = impl_->conn->pools();
+  std::string known;
+  for (uint32_t i = 0; i < pools.size(); ++i) {
+    if (pools[i].name == name) return Pool(impl_, i);
+    known += (known.empty() ? "" : ", ") + pools[i].name;
+  }
+  return Status(ErrorCode::kNotFound, "no pool named '" + std::string(name) + "' (this daemon has: " + known + ")");
+}
+
+std::vector<std::string> Client::pool_names() const {
+  std::vector<std::string> out;
+  for (auto& p : impl_->conn->pools()) out.push_back(p.name);
+  return out;
+}
+
+Status Client::ping() {
+  auto r = impl_->conn->call(Opcode::kPing, 0, 0, nullptr, 0);
+  if (!r) return r.status();
+  return r->status();
+}
+
+void Client::flush() { impl_->conn->flush(); }
+bool Client::daemon_alive() const { return !impl_->conn->gone(); }
+uint32_t Client::slot() const { return impl_->conn->slot(); }
+
+}  // namespace kvpool

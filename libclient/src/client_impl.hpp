@@ -1,0 +1,39 @@
+// What the public handles share: the connection, and the per-block state of immutables.
+#pragma once
+
+#include <memory>
+
+#include "connection.hpp"
+#include "kvpool/core/hash.hpp"
+
+namespace kvpool::detail {
+
+class ClientImpl {
+ public:
+  explicit ClientImpl(std::unique_ptr<Connection> c) : conn(std::move(c)) {}
+  std::unique_ptr<Connection> conn;
+
+  Result<std::byte*> address(uint32_t pool, uint32_t id, uint32_t layer, uint32_t outer) const {
+    const PoolView& p = conn->pools()[pool];
+    auto off = p.layout.offset(id, layer, outer);
+    if (!off) return off.status();
+    return static_cast<std::byte*>(p.data.data()) + *off;
+  }
+};
+
+// One daemon reference. Not copyable: a copy would release the reference twice.
+struct ImmutableState {
+  ImmutableState(std::shared_ptr<ClientImpl> c, uint32_t p, pool::BlockRef r, SequenceHash h)
+      : client(std::move(c)), pool(p), ref(r), sequence_hash(h) {}
+  ImmutableState(const ImmutableState&) = delete;
+  ImmutableState& operator=(const ImmutableState&) = delete;
+  std::shared_ptr<ClientImpl> client;
+  uint32_t pool;
+  pool::BlockRef ref;
+  SequenceHash sequence_hash;
+  ~ImmutableState() {
+    if (client) client->conn->release(pool, /*immutable=*/true, ref);
+  }
+};
+
+}  // namespace kvpool::detail

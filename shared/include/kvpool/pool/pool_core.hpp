@@ -1,0 +1,151 @@
+// The block pool: Dynamo 0.2.1 BlockPool semantics (DESIGN.md §1) over an Arena.
+//
+// - allocate(n): all or nothing; free FIFO first, then evict the inactive block with the
+//   lowest (priority, returned_tick, acquired_tick, sequence_hash).
+// - register_blocks: per block, in order: active hit -> share it (+1) and recycle the
+//   caller's block; inactive hit -> promote it and recycle; else the caller's block
+//   becomes registered and active. One Stored event per call for the new ones.
+// - match: longest known prefix; each hit takes one reference.
+// - Releases: a mutable block goes back reset to the free FIFO tail; an immutable
+//   reference drop that leaves no holder makes the block inactive (matchable, evictable).
+//
+// Every reference is held by an owner (the daemon's client slot; 0 in-process), so
+// release_owner() can return everything a dead client held. Handles are {id, generation};
+// anything that does not name a block this owner holds in the right state is rejected
+// with kInvalidHandle and changes nothing.
+//
+// Single-threaded: the caller serialises all calls (the daemon's progress engine).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvpool/core/status.hpp"
+#include "kvpool/pool/arena.hpp"
+#include "kvpool/pool/events.hpp"
+#include "kvpool/pool/flat_table.hpp"
+
+namespace kvpool::pool {
+
+struct BlockRef {
+  uint32_t id;
+  uint32_t generation;
+  friend bool operator==(const BlockRef&, const BlockRef&) = default;
+};
+static_assert(sizeof(BlockRef) == 8);
+
+struct RegisterItem {
+  BlockRef block;  // a mutable block of the caller, committed
+  uint64_t sequence_hash;
+  uint64_t block_hash;
+  uint64_t parent_hash;  // valid when has_parent
+  uint32_t priority;
+  uint32_t has_parent;  // 0 or 1 (u32 so the struct has no padding: it travels in shm)
+};
+static_assert(sizeof(RegisterItem) == 40);
+
+struct PoolCoreConfig {
+  uint32_t num_blocks = 0;
+  uint32_t max_owners = 1;
+  uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
+};
+
+struct PoolCounts {
+  uint32_t total;
+  uint32_t free;
+  uint32_t mutable_blocks;
+  uint32_t active;
+  uint32_t inactive;
+};
+
+class PoolCore {
+ public:
+  PoolCore() = default;
+
+  // Bytes of arena a config needs, or an error naming the bad field.
+  static Result<size_t> arena_bytes(const PoolCoreConfig& config);
+  // Initialises a fresh arena in `memory` (64-byte aligned, arena_bytes long).
+  static Result<PoolCore> create(void* memory, size_t bytes, const PoolCoreConfig& config,
+                                 uint32_t pool_index = 0, std::string name = "pool");
+  // A view of an arena some writer initialised (validates magic, version and bounds).
+  // Read-only users must only call const members.
+  static Result<PoolCore> attach(void* memory, size_t bytes, uint32_t pool_index = 0,
+                                 std::string name = "pool");
+
+  void set_event_sink(EventSink* sink) { sink_ = sink; }
+
+  // Hands out n mutable blocks to `owner`, written to out[0..n).
+  Status allocate(uint32_t owner, uint32_t n, BlockRef* out);
+  // Registers committed mutable blocks of `owner`; out[i] is the immutable block that
+  // now holds items[i]'s hash (the caller's block, or the one it was deduplicated onto).
+  // Validates every item before changing anything.
+  Status register_blocks(uint32_t owner, std::span<const RegisterItem> items, BlockRef* out);
+  // Longest known prefix of `hashes`; out[0..result) get one reference each.
+  Result<uint32_t> match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out);
+
+  // Returns mutable blocks to the free FIFO. Invalid handles are skipped and counted; the
+  // first error is returned after the valid ones are applied.
+  Status release_mutable(uint32_t owner, std::span<const BlockRef> blocks);
+  // Drops one reference per handle, last handle first (so a sequence released as one batch
+  // returns its tail first and the tail is evicted before its parents, as in Dynamo).
+  Status release_immutable(uint32_t owner, std::span<const BlockRef> blocks);
+  // Everything `owner` holds: mutable blocks freed, every reference dropped. Returns the
+  // number of blocks returned (mutable blocks + distinct immutable blocks).
+  uint32_t release_owner(uint32_t owner);
+
+  PoolCounts counts() const;
+  const PoolStats& stats() const { return header_->stats; }
+  const ArenaHeader& header() const { return *header_; }
+  uint32_t num_blocks() const { return header_->num_blocks; }
+  uint32_t max_owners() const { return header_->max_owners; }
+  const std::string& name() const { return name_; }
+  const BlockMeta& block(uint32_t id) const { return blocks_[id]; }
+  const OwnerRecord& owner_record(uint32_t owner) const { return owners_[owner]; }
+  // References `owner` holds on block `id` (0 if none).
+  uint32_t holds_of(uint32_t owner, uint32_t id) const;
+  // Checks every structural invariant (O(blocks + holds)); kInternal naming the first break.
+  Status check_invariants() const;
+
+ private:
+  Status check_owner(uint32_t owner) const;
+  Status check_mutable_handle(uint32_t owner, BlockRef ref) const;
+  void free_push(uint32_t id);
+  uint32_t free_pop();
+  void owner_mutable_push(uint32_t owner, uint32_t id);
+  void owner_mutable_remove(uint32_t owner, uint32_t id);
+  void recycle(uint32_t owner, uint32_t id);  // mutable -> free
+  void take_reference(uint32_t owner, uint32_t id);  // active hit or promotion
+  bool add_hold(uint32_t owner, uint32_t id);
+  bool drop_hold(uint32_t owner, uint32_t id);  // false when owner holds none
+  void drop_reference(uint32_t id);  // refcount-1, inactive at 0
+  void inactive_push(uint32_t id);
+  uint32_t inactive_pop();  // the block Dynamo's PriorityKey orders first
+  void inactive_remove(uint32_t id);
+  uint32_t level_for(uint32_t priority);
+  void level_release(uint32_t level);
+  void level_sift_up(uint32_t pos);
+  void level_sift_down(uint32_t pos);
+  static uint64_t hold_key(uint32_t owner, uint32_t id) {
+    return (static_cast<uint64_t>(owner) << 32) | id;
+  }
+  uint32_t holds_free() const { return header_->max_holds - header_->stats.holds_used.load(std::memory_order_relaxed); }
+
+  ArenaHeader* header_ = nullptr;
+  BlockMeta* blocks_ = nullptr;
+  LevelRecord* levels_ = nullptr;
+  uint32_t* level_heap_ = nullptr;
+  FlatTable level_table_;
+  OwnerRecord* owners_ = nullptr;
+  HoldEntry* holds_ = nullptr;
+  FlatTable table_;
+  FlatTable hold_table_;
+  EventSink* sink_ = nullptr;
+  uint32_t pool_index_ = 0;
+  std::string name_;
+  std::vector<StoredBlock> stored_scratch_;  // grows to the largest batch, then reused
+};
+
+}  // namespace kvpool::pool

@@ -1,0 +1,114 @@
+// What travels between a client and kvpoold: socket handshake messages and ring records.
+// Every field a client writes is validated by the daemon before use.
+//
+// Handshake (SOCK_SEQPACKET, SO_PEERCRED gives the peer's pid and uid):
+//   client -> Hello
+//   daemon -> Welcome + fds [control (read-only), client segment, doorbell eventfd,
+//                            one data fd per host pool]          (or Refusal)
+//   client maps, locks its lease mutex from its lease thread, then -> Ready
+// Requests then flow on the client's request ring, answers on its response ring. The
+// socket stays open: its hang-up (and a pidfd) tells the daemon that the client died.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kvpool/pool/pool_core.hpp"
+
+namespace kvpool::proto {
+
+inline constexpr uint32_t kHelloMagic = 0x4B565048;  // "KVPH"
+
+enum class MsgType : uint32_t {
+  kHello = 1,
+  kWelcome = 2,
+  kRefusal = 3,
+  kReady = 4,
+  kObserve = 5,  // kvpoolctl: send me the control segment, attach nothing
+};
+
+struct Hello {
+  uint32_t magic;
+  MsgType type;  // kHello or kObserve
+  uint16_t layout_major;
+  uint16_t layout_minor;
+  uint32_t reserved;
+  char instance[64];
+};
+static_assert(sizeof(Hello) == 80 && std::is_trivially_copyable_v<Hello>);
+
+struct Welcome {
+  uint32_t magic;
+  MsgType type;  // kWelcome
+  uint16_t layout_major;
+  uint16_t layout_minor;
+  uint32_t slot;
+  uint32_t generation;
+  uint32_t num_fds;
+  uint64_t ring_capacity;
+};
+static_assert(sizeof(Welcome) == 32 && std::is_trivially_copyable_v<Welcome>);
+
+struct Refusal {
+  uint32_t magic;
+  MsgType type;  // kRefusal
+  uint16_t code;  // ErrorCode
+  uint16_t reserved;
+  char message[244];
+};
+static_assert(sizeof(Refusal) == 256 && std::is_trivially_copyable_v<Refusal>);
+
+struct Ready {
+  uint32_t magic;
+  MsgType type;  // kReady
+};
+static_assert(sizeof(Ready) == 8);
+
+// ---- ring records: RecordHeader::type is the opcode ------------------------------------
+
+enum class Opcode : uint32_t {
+  kAllocate = 1,          // count = blocks wanted; no payload. Answer: count BlockRefs.
+  kRegister = 2,          // payload: count RegisterItem. Answer: count BlockRefs.
+  kMatch = 3,             // payload: count u64 sequence hashes. Answer: matched BlockRefs.
+  kReleaseMutable = 4,    // payload: count BlockRef. No answer (fire and forget).
+  kReleaseImmutable = 5,  // payload: count BlockRef. No answer.
+  kPing = 6,              // no payload. Answer: empty.
+};
+inline constexpr uint32_t kMaxOpcode = 6;
+
+inline bool opcode_answers(Opcode op) {
+  return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
+}
+
+struct RequestHeader {
+  uint64_t correlation_id;
+  uint32_t pool;   // index in the control segment's PoolInfo table
+  uint32_t count;  // items in the payload (or blocks for kAllocate)
+};
+static_assert(sizeof(RequestHeader) == 16 && std::is_trivially_copyable_v<RequestHeader>);
+
+struct ResponseHeader {
+  uint64_t correlation_id;
+  uint16_t status;  // ErrorCode
+  uint16_t reserved;
+  uint32_t count;        // BlockRefs that follow
+  uint32_t message_len;  // bytes of error text after the BlockRefs
+  uint32_t reserved2;
+};
+static_assert(sizeof(ResponseHeader) == 24 && std::is_trivially_copyable_v<ResponseHeader>);
+
+inline constexpr uint32_t kMaxErrorMessage = 512;
+
+// Bytes a payload of `count` items of a request needs.
+inline uint64_t request_item_bytes(Opcode op) {
+  switch (op) {
+    case Opcode::kRegister: return sizeof(pool::RegisterItem);
+    case Opcode::kMatch: return sizeof(uint64_t);
+    case Opcode::kReleaseMutable:
+    case Opcode::kReleaseImmutable: return sizeof(pool::BlockRef);
+    default: return 0;
+  }
+}
+
+}  // namespace kvpool::proto

@@ -1,0 +1,161 @@
+// The shared-memory layout of kvpool: every struct that lives in a segment, with its size
+// and offsets pinned by static_assert. A change to any of them bumps kLayoutMajor (clients
+// refuse another major) or, for additions at the end, kLayoutMinor.
+//
+// Segments (all created and sized by the daemon):
+//   control  "/kvpool.<instance>.ctl"   ControlHeader | SlotInfo[max_clients]
+//            | PoolInfo[num_pools] | pool arenas (PoolCore state). Clients and kvpoolctl get
+//            a read-only fd over the socket and map it read-only.
+//   pool     "/kvpool.<instance>.pool.<name>"   block data of one host pool (layout bytes).
+//   client   memfd, one per attached client, read-write for that client only:
+//            ClientHeader | request ring | response ring.
+//
+// Ordering rule: the daemon fills a header completely, then stores `state` with release;
+// readers load `state` with acquire before trusting anything else in it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kvpool/core/layout.hpp"
+#include "kvpool/shm/lease_mutex.hpp"
+#include "kvpool/shm/ring.hpp"
+
+namespace kvpool::shm {
+
+inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
+inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
+inline constexpr uint16_t kLayoutMajor = 1;
+inline constexpr uint16_t kLayoutMinor = 0;
+inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
+
+enum class DaemonState : uint32_t {
+  kInitializing = 0,
+  kReady = 1,     // every segment valid, socket listening
+  kStopping = 2,  // clean shutdown in progress: clients get DaemonGone
+};
+
+enum class SlotState : uint32_t {
+  kFree = 0,
+  kAttaching = 1,  // handshake under way
+  kAttached = 2,
+  kSuspect = 3,    // socket hung up but the lease is still held: never reclaimed while so
+};
+
+struct ControlStats {
+  std::atomic<uint64_t> clients_attached;   // attaches completed, ever
+  std::atomic<uint64_t> clients_detached;   // clean detaches
+  std::atomic<uint64_t> reclaimed_clients;  // clients that died and were reclaimed
+  std::atomic<uint64_t> reclaimed_blocks;   // blocks returned by those reclaims
+  std::atomic<uint64_t> requests;           // ring records processed
+  std::atomic<uint64_t> protocol_errors;    // malformed records answered with an error
+  std::atomic<uint64_t> disconnects;        // clients cut off for corrupting their rings
+  std::atomic<uint64_t> refused_attaches;   // version, uid or capacity refusals
+  std::atomic<uint64_t> engine_sleeps;      // times the progress engine parked
+  std::atomic<uint64_t> reserved[7];
+};
+static_assert(sizeof(ControlStats) == 128);
+
+struct ControlHeader {
+  uint64_t magic;
+  uint16_t layout_major;
+  uint16_t layout_minor;
+  uint32_t header_bytes;  // sizeof(ControlHeader): lets a newer minor add fields
+  int64_t daemon_pid;
+  uint64_t start_time_ns;  // CLOCK_REALTIME at start
+  uint32_t max_clients;
+  uint32_t num_pools;
+  uint64_t slots_offset;
+  uint64_t pools_offset;
+  uint64_t total_bytes;
+  char instance[kNameBytes];
+  // offset 128
+  alignas(64) std::atomic<uint32_t> state;  // DaemonState, stored last (release)
+  // Written only by the daemon: set while the progress engine is about to park, so a
+  // client that publishes a request knows to ring its eventfd (Dekker with its tail store).
+  std::atomic<uint32_t> daemon_sleeping;
+  std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the engine's last loop
+  uint8_t reserved1[48];
+  // offset 192
+  alignas(64) ControlStats stats;
+};
+static_assert(std::is_standard_layout_v<ControlHeader>);
+static_assert(offsetof(ControlHeader, instance) == 64);
+static_assert(offsetof(ControlHeader, state) == 128);
+static_assert(offsetof(ControlHeader, daemon_sleeping) == 132);
+static_assert(offsetof(ControlHeader, heartbeat_ns) == 136);
+static_assert(offsetof(ControlHeader, stats) == 192);
+static_assert(sizeof(ControlHeader) == 320);
+
+// One per client slot: what `kvpoolctl clients` shows. Written by the daemon only.
+struct SlotInfo {
+  std::atomic<uint32_t> state;  // SlotState
+  std::atomic<uint32_t> generation;  // bumps on every reuse of the slot
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> uid;
+  std::atomic<uint64_t> attach_time_ns;  // CLOCK_REALTIME
+  std::atomic<uint64_t> requests;
+  std::atomic<uint64_t> protocol_errors;
+  uint8_t reserved[24];
+};
+static_assert(std::is_standard_layout_v<SlotInfo>);
+static_assert(sizeof(SlotInfo) == 64);
+
+enum class StorageKind : uint32_t { kHost = 0, kCuda = 1 };
+
+struct PoolInfo {
+  char name[kNameBytes];
+  char shm_name[kNameBytes];  // host pools: the data segment's name
+  LayoutConfig layout;        // 32 bytes
+  uint32_t storage;           // StorageKind
+  int32_t device;             // CUDA ordinal, -1 for host
+  uint64_t data_bytes;
+  uint64_t arena_offset;      // PoolCore arena inside the control segment
+  uint64_t arena_bytes;
+  uint8_t device_uuid[16];    // CUDA device UUID (device pools)
+  uint8_t ipc_handle[64];     // cudaIpcMemHandle_t (device pools)
+  uint8_t reserved[40];
+};
+static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
+static_assert(offsetof(PoolInfo, layout) == 128);
+static_assert(offsetof(PoolInfo, data_bytes) == 168);
+static_assert(offsetof(PoolInfo, ipc_handle) == 208);
+static_assert(sizeof(PoolInfo) == 312);
+
+// Head of a client's own segment. The lease mutex is locked by the client's lease thread
+// for the life of the connection; EOWNERDEAD on it proves that thread (or process) died.
+struct ClientHeader {
+  uint64_t magic;
+  uint16_t layout_major;
+  uint16_t layout_minor;
+  uint32_t slot;
+  uint32_t generation;
+  uint32_t reserved0;
+  uint64_t ring_capacity;    // data bytes of each ring
+  uint64_t request_offset;   // RingHeader of the request ring (client -> daemon)
+  uint64_t response_offset;  // RingHeader of the response ring (daemon -> client)
+  uint8_t reserved1[16];
+  alignas(64) LeaseMutex lease;
+};
+static_assert(std::is_standard_layout_v<ClientHeader>);
+static_assert(offsetof(ClientHeader, ring_capacity) == 24);
+static_assert(offsetof(ClientHeader, lease) == 64);
+static_assert(sizeof(ClientHeader) == 128);
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Offsets of a client segment with rings of `capacity` bytes.
+struct ClientSegmentLayout {
+  uint64_t request_offset;
+  uint64_t response_offset;
+  uint64_t total_bytes;
+};
+constexpr ClientSegmentLayout client_segment_layout(uint64_t ring_capacity) {
+  uint64_t req = align_up(sizeof(ClientHeader), 4096);
+  uint64_t resp = align_up(req + ring_bytes(ring_capacity), 4096);
+  return {req, resp, align_up(resp + ring_bytes(ring_capacity), 4096)};
+}
+
+}  // namespace kvpool::shm

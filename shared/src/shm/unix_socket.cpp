@@ -1,0 +1,255 @@
+#include "kvpool/shm/unix_socket.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace kvpool::shm {
+namespace {
+
+Status make_address(const std::string& path, sockaddr_un* addr, socklen_t* len) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  // sun_path needs room for the terminating NUL.
+  if (path.empty() || path.size() >= sizeof(addr->sun_path) ||
+      path.find('\0') != std::string::npos) {
+    return {ErrorCode::kInvalidArgument,
+            "socket path '" + path + "' is " + std::to_string(path.size()) +
+                " bytes; a Unix socket path must be non-empty and at most " +
+                std::to_string(sizeof(addr->sun_path) - 1) + " bytes (choose a shorter one)"};
+  }
+  std::memcpy(addr->sun_path, path.data(), path.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+  return {};
+}
+
+Result<UniqueFd> new_socket(int extra_flags) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | extra_flags, 0));
+  if (!fd) return io_error("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  return fd;
+}
+
+// Removes a socket file whose listener is gone; refuses to touch a live listener or a
+// file that is not a socket.
+Status remove_stale_socket(const std::string& path, const sockaddr_un& addr, socklen_t len) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return {};
+    return io_error("lstat " + path, errno);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return {ErrorCode::kInvalidArgument, path + " exists and is not a socket; not removing it"};
+  }
+  // Non-blocking probe: a live listener with a full backlog answers EAGAIN instead of
+  // blocking us.
+  Result<UniqueFd> probe = new_socket(SOCK_NONBLOCK);
+  if (!probe) return probe.status();
+  if (::connect(probe->get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0 ||
+      errno == EAGAIN || errno == EINPROGRESS) {
+    return {ErrorCode::kInvalidState, "another process is already listening on " + path};
+  }
+  if (errno != ECONNREFUSED) return io_error("probe connect " + path, errno);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return io_error("unlink stale socket " + path, errno);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<UniqueFd> listen_unix(const std::string& path) {
+  sockaddr_un addr;
+  socklen_t len;
+  KVPOOL_RETURN_IF_ERROR(make_address(path, &addr, &len));
+  KVPOOL_RETURN_IF_ERROR(remove_stale_socket(path, addr, len));
+  Result<UniqueFd> fd = new_socket(SOCK_NONBLOCK);
+  if (!fd) return fd;
+  if (::bind(fd->get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    return io_error("bind " + path, errno);
+  }
+  if (::listen(fd->get(), SOMAXCONN) != 0) return io_error("listen " + path, errno);
+  return fd;
+}
+
+Result<UniqueFd> connect_unix(const std::string& path) {
+  sockaddr_un addr;
+  socklen_t len;
+  KVPOOL_RETURN_IF_ERROR(make_address(path, &addr, &len));
+  Result<UniqueFd> fd = new_socket(0);
+  if (!fd) return fd;
+  int rc;
+  do {
+    rc = ::connect(fd->get(), reinterpret_cast<const sockaddr*>(&addr), len);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    if (errno == ENOENT || errno == ECONNREFUSED) {
+      return Status(ErrorCode::kNotFound, "no daemon listening on " + path);
+    }
+    return io_error("connect " + path, errno);
+  }
+  return fd;
+}
+
+Result<UniqueFd> accept_unix(int listen_fd) {
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) return UniqueFd(fd);
+    // ECONNABORTED: the peer left before we accepted; nothing to do with it.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) return UniqueFd();
+    if (errno != EINTR) return io_error("accept4", errno);
+  }
+}
+
+Status send_message(int fd, std::span<const std::byte> bytes, std::span<const int> fds) {
+  if (bytes.empty()) {
+    return {ErrorCode::kInvalidArgument, "empty messages are reserved (they read as hang-up)"};
+  }
+  if (fds.size() > kMaxFdsPerMessage) {
+    return {ErrorCode::kInvalidArgument, std::to_string(fds.size()) +
+                                             " descriptors in one message; at most " +
+                                             std::to_string(kMaxFdsPerMessage)};
+  }
+  iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  if (!fds.empty()) {
+    std::memset(control, 0, sizeof(control));
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  }
+  for (;;) {
+    // MSG_NOSIGNAL: a peer that died must be an error here, not SIGPIPE killing us.
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n >= 0) {
+      // SOCK_SEQPACKET sends a message whole or not at all.
+      if (static_cast<size_t>(n) != bytes.size()) {
+        return {ErrorCode::kInternal, "partial send on a SOCK_SEQPACKET socket"};
+      }
+      return {};
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return {ErrorCode::kResourceExhausted, "peer socket buffer is full (peer is not reading)"};
+    }
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
+      return {ErrorCode::kDisconnected, "peer hung up"};
+    }
+    return io_error("sendmsg", errno);
+  }
+}
+
+Result<size_t> recv_message(int fd, std::span<std::byte> buf, std::vector<UniqueFd>* fds_out,
+                            int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  for (;;) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      wait_ms = left > 0 ? static_cast<int>(left) : 0;
+    }
+    pollfd p{fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, wait_ms);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return io_error("poll", errno);
+    }
+    if (rc == 0) {
+      return Status(ErrorCode::kTimeout, "no message within " + std::to_string(timeout_ms) + " ms");
+    }
+    if (p.revents & POLLNVAL) return Status(ErrorCode::kInvalidArgument, "socket is not open");
+
+    iovec iov{buf.data(), buf.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == ECONNRESET) return size_t{0};  // the peer died: a hang-up too
+      return io_error("recvmsg", errno);
+    }
+    // Own every received descriptor first, so each error path below closes them.
+    std::vector<UniqueFd> received;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received_fd;
+        std::memcpy(&received_fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        received.emplace_back(received_fd);
+      }
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+      return Status(
+          ErrorCode::kProtocolError,
+          "message carried more than " + std::to_string(kMaxFdsPerMessage) + " descriptors");
+    }
+    if (msg.msg_flags & MSG_TRUNC) {
+      return Status(
+          ErrorCode::kProtocolError,
+          "message longer than the " + std::to_string(buf.size()) + "-byte receive buffer");
+    }
+    if (n == 0) {
+      if (!received.empty()) {
+        return Status(ErrorCode::kProtocolError, "empty message carrying descriptors");
+      }
+      return size_t{0};
+    }
+    if (!received.empty()) {
+      if (fds_out == nullptr) {
+        return Status(ErrorCode::kProtocolError, "peer sent " + std::to_string(received.size()) +
+                                                     " descriptors where none were expected");
+      }
+      for (UniqueFd& r : received) fds_out->push_back(std::move(r));
+    }
+    return static_cast<size_t>(n);
+  }
+}
+
+Result<PeerCred> peer_credentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return io_error("getsockopt SO_PEERCRED", errno);
+  }
+  // 0: the peer's PID namespace is not visible from ours; there is no pid to watch.
+  if (cred.pid <= 0) {
+    return Status(ErrorCode::kUnsupported,
+                  "peer process is in a PID namespace this process cannot see");
+  }
+  return PeerCred{cred.pid, cred.uid, cred.gid};
+}
+
+Result<UniqueFd> pidfd_open(pid_t pid) {
+  if (pid <= 0) return Status(ErrorCode::kInvalidArgument, "pidfd_open: bad pid");
+  // Always close-on-exec; glibc 2.36's wrapper is not in every toolchain, the syscall is.
+  long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) {
+    if (errno == ESRCH) {
+      return Status(ErrorCode::kNotFound, "process " + std::to_string(pid) + " does not exist");
+    }
+    return io_error("pidfd_open " + std::to_string(pid), errno);
+  }
+  return UniqueFd(static_cast<int>(fd));
+}
+
+}  // namespace kvpool::shm
