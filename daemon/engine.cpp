@@ -37,6 +37,8 @@ constexpr uint32_t kDrainBudget = 32;
 // How long the engine parks at most: bounds suspect re-checks and watchdog pings.
 constexpr int kTickMs = 100;
 constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;
+constexpr uint64_t kEventPollNs = 100'000;
+constexpr uint64_t kPeriodicNs = 50'000'000;
 
 uint64_t now_ns(clockid_t clock) {
   timespec ts{};
@@ -229,14 +231,13 @@ Status Engine::run(const EngineHooks& hooks) {
       if (s.ready && s.state == SlotState::kAttached) worked |= drain(s, kDrainBudget);
     }
     rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
-    if (worked) {
-      idle = 0;
-      if ((loops & 255) == 0) handle_events(0);
-      continue;
-    }
-    if (++idle < config_.spin_iterations) {
-      shm::cpu_relax();
-      if ((idle & 1023) == 0) handle_events(0);
+    if (worked || ++idle < config_.spin_iterations) {
+      if (worked) {
+        idle = 0;
+      } else {
+        shm::cpu_relax();
+      }
+      if ((loops & 15) == 0) service(hooks);
       continue;
     }
     // Park. Dekker with clients: we store daemon_sleeping then re-read every tail; a client
@@ -250,23 +251,36 @@ Status Engine::run(const EngineHooks& hooks) {
     }
     ctl_->daemon_sleeping.store(0, std::memory_order_relaxed);
     idle = 0;
-    uint64_t t = now_ns(CLOCK_MONOTONIC);
-    if (t - last_periodic_ns_ > 50'000'000ull) {
-      last_periodic_ns_ = t;
-      periodic();
-      if (hooks.watchdog) hooks.watchdog();
-      if (hooks.status && (loops & 63) == 0) {
-        auto c = pools_.empty() ? pool::PoolCounts{} : pools_[0].core.counts();
-        uint32_t clients = 0;
-        for (auto& s : sessions_) clients += s.state != SlotState::kFree;
-        hooks.status("clients " + std::to_string(clients) + ", pool '" +
-                     (pools_.empty() ? std::string() : pools_[0].config.name) + "' free " +
-                     std::to_string(c.free) + "/" + std::to_string(c.total));
-      }
-    }
+    service(hooks);
   }
   shutdown();
   return Status::ok();
+}
+
+// Attaches, hang-ups and pidfds are looked at every ~100 us even while busy, so a dead
+// client's blocks come back within a fraction of a millisecond; periodic work (heartbeat,
+// suspects, watchdog, status) every 50 ms, busy or not.
+void Engine::service(const EngineHooks& hooks) {
+  uint64_t t = now_ns(CLOCK_MONOTONIC);
+  if (t - last_events_ns_ > kEventPollNs) {
+    last_events_ns_ = t;
+    handle_events(0);
+  }
+  if (t - last_periodic_ns_ < kPeriodicNs) return;
+  last_periodic_ns_ = t;
+  periodic();
+  if (hooks.watchdog) hooks.watchdog();
+  if (hooks.status && (++status_ticks_ % 20) == 0) {  // about once a second
+    uint32_t clients = 0;
+    for (auto& s : sessions_) clients += s.state != SlotState::kFree;
+    std::string line = "clients " + std::to_string(clients);
+    for (auto& p : pools_) {
+      auto c = p.core.counts();
+      line += ", pool '" + p.config.name + "' free " + std::to_string(c.free) + " inactive " +
+              std::to_string(c.inactive) + " of " + std::to_string(c.total);
+    }
+    hooks.status(line);
+  }
 }
 
 bool Engine::any_request_pending() {

@@ -67,6 +67,7 @@ class Engine {
   Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
   bool any_request_pending();
   void periodic();
+  void service(const EngineHooks& hooks);
   void publish_slot(const Session& s);
   void shutdown();
 
@@ -87,6 +88,8 @@ class Engine {
   std::vector<uint64_t> hashes_;
   std::vector<pool::BlockRef> refs_;
   uint64_t last_periodic_ns_ = 0;
+  uint64_t last_events_ns_ = 0;
+  uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;
   bool stopping_ = false;
   bool created_ = false;

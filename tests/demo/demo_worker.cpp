@@ -3,7 +3,12 @@
 // matched block, allocates and fills the rest, registers them, holds them for a "decode"
 // step and drops them. Prints key=value totals at the end (a killed worker prints nothing).
 //   kvpool_demo_worker --instance I --runtime-dir D --seconds S --seed N [--pool g2]
+//                      [--decode-us N] [--priorities N]
+// scripts/stress.sh drives the same worker with --decode-us 0 and random priorities.
+// Exit codes: 0 ok, 1 corrupt block seen, 2 cannot attach, 3 the daemon went away.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -30,6 +35,7 @@ int main(int argc, char** argv) {
   std::string instance = "default", runtime_dir, pool_name = "g2";
   double seconds = 5;
   uint64_t seed = 1;
+  uint32_t decode_us = 600, priorities = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--instance") instance = argv[i + 1];
@@ -37,10 +43,20 @@ int main(int argc, char** argv) {
     else if (k == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (k == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--pool") pool_name = argv[i + 1];
+    else if (k == "--decode-us") decode_us = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else if (k == "--priorities") priorities = std::max(1, std::atoi(argv[i + 1]));
   }
   ConnectOptions o;
   o.runtime_dir = runtime_dir;
+  // A worker started while kvpoold restarts waits for it (bounded), as a real one would.
   auto client = Client::connect(instance, o);
+  for (int tries = 0; !client && tries < 500 &&
+                      (client.status().code() == ErrorCode::kNotFound ||
+                       client.status().code() == ErrorCode::kDaemonGone);
+       ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    client = Client::connect(instance, o);
+  }
   if (!client) {
     std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed), client.status().to_string().c_str());
     return 2;
@@ -73,8 +89,14 @@ int main(int argc, char** argv) {
     ++requests;
     prompt_blocks += hashes.size();
 
+    auto gone = [&](const Status& st) {
+      if (st.code() != ErrorCode::kDaemonGone) return false;
+      std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed), st.to_string().c_str());
+      std::exit(3);
+    };
     auto hit = pool->match_sequence_hashes(hashes);
     if (!hit) {
+      gone(hit.status());
       ++errors;
       continue;
     }
@@ -96,6 +118,7 @@ int main(int argc, char** argv) {
     if (need > 0) {
       auto fresh = pool->allocate_blocks(static_cast<uint32_t>(need));
       if (!fresh) {
+        gone(fresh.status());
         ++errors;  // pool exhausted by held blocks: a real engine would queue the request
         continue;
       }
@@ -106,6 +129,7 @@ int main(int argc, char** argv) {
         (void)b.init_sequence(0, tb.parent_sequence_hash);
         (void)b.add_tokens(tb.tokens);
         (void)b.commit();
+        b.set_priority(static_cast<uint32_t>(rng() % priorities));
         SequenceHash h = *b.sequence_hash();
         for (uint32_t l = 0; l < L.num_layers; ++l)
           for (uint32_t o2 = 0; o2 < L.outer_dim; ++o2) {
@@ -115,13 +139,14 @@ int main(int argc, char** argv) {
       }
       auto reg = pool->register_blocks(std::move(*fresh));
       if (!reg) {
+        gone(reg.status());
         ++errors;
         continue;
       }
       for (auto& b : *reg) held.push_back(std::move(b));
     }
     // Decode: the request keeps its blocks while it generates.
-    std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 800));
+    if (decode_us) std::this_thread::sleep_for(std::chrono::microseconds(decode_us / 3 + rng() % decode_us));
   }
   client->flush();
   std::printf("requests=%llu prompt_blocks=%llu matched_blocks=%llu corrupt=%llu errors=%llu\n",

@@ -2,6 +2,8 @@
 // and a randomized model check.
 #include "kvpool/pool/pool_core.hpp"
 
+#include "kvpool/core/block_state.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,6 +117,32 @@ TEST(PoolCore, RegisterDropMatch) {
   EXPECT_EQ(p->block(m[0].id).sequence_hash, kHash);
   EXPECT_EQ(p->counts().active, 1u);
   p.expect_sound();
+}
+
+// test_block_pool_blocking end to end with the token state machine: page size 4, salt 1337.
+TEST(PoolCore, DynamoBlockingTestWithTokenState) {
+  constexpr uint64_t kExpected = 14643705804678351452ull;
+  HeapPool p(7);
+  EXPECT_TRUE(p.match({kExpected}).empty());
+  auto b = p.allocate(1);
+  EXPECT_EQ(available(p.core()), 6u);
+  BlockState st(4);
+  ASSERT_TRUE(st.init_sequence(1337).is_ok());
+  for (Token t : {1u, 2u, 3u, 4u}) ASSERT_TRUE(st.add_token(t).is_ok());
+  EXPECT_EQ(st.add_token(5).code(), ErrorCode::kBlockFull);
+  ASSERT_TRUE(st.commit().is_ok());
+  EXPECT_TRUE(st.is_complete());
+  ASSERT_EQ(*st.sequence_hash(), kExpected);
+  RegisterItem item{b[0], *st.sequence_hash(), *st.block_hash(), 0, 0, 0};
+  std::vector<BlockRef> out(1);
+  ASSERT_TRUE(p->register_blocks(0, {&item, 1}, out.data()).is_ok());
+  ASSERT_TRUE(st.mark_registered().is_ok());
+  EXPECT_TRUE(st.is_registered());
+  EXPECT_EQ(p->block(out[0].id).sequence_hash, kExpected);
+  ASSERT_TRUE(p->release_immutable(0, out).is_ok());  // drop: inactive, still matchable
+  auto m = p.match({kExpected});
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(p->block(m[0].id).sequence_hash, kExpected);
 }
 
 // Dynamo's priority-key order: (p0,t2), (p1,t1), (p0,t3) are evicted (p0,t2), (p0,t3), (p1,t1).

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kvpool/shm/segment.hpp"
@@ -411,6 +412,57 @@ TEST(Ring, ConsumerSurvivesRandomGarbage) {
   }
   EXPECT_GT(errors, 0);
   EXPECT_GT(records, 0);
+}
+
+// Between threads, so that ThreadSanitizer can check the ring's release/acquire pairs
+// (it cannot see across processes).
+TEST(Ring, ProducerAndConsumerThreads) {
+  constexpr size_t kCap = 4096;
+  constexpr uint64_t kRecords = 100000;
+  GuardedRing ring(kCap);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> producer_ok{true};
+  std::thread producer([&] {
+    RingProducer p(ring.header(), kCap);
+    for (uint64_t seq = 0; seq < kRecords; ++seq) {
+      const uint32_t len = static_cast<uint32_t>(seq % 300);
+      while (!send(p, seq, len)) {
+        if (!p.status().is_ok() || stop.load()) {
+          producer_ok = false;
+          return;
+        }
+        p.publish();
+        p.wait_for_space(len, 64, milliseconds(100));
+      }
+      p.publish();
+    }
+  });
+  // Stops and joins the producer however this test ends (a failed ASSERT returns early).
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      t.join();
+    }
+  } join{stop, producer};
+
+  RingConsumer c(ring.header(), kCap);
+  uint64_t seq = 0;
+  int idle = 0;
+  while (seq < kRecords && idle < 50) {
+    Result<RecordView> r = c.poll();
+    ASSERT_TRUE(r) << r.status().to_string();
+    if (r->empty()) {
+      if (c.wait_for_data(64, milliseconds(100)) == WaitResult::kTimedOut) ++idle;
+      continue;
+    }
+    expect_record(*r, seq, static_cast<uint32_t>(seq % 300));
+    c.consume();
+    ++seq;
+  }
+  EXPECT_EQ(seq, kRecords);
+  EXPECT_TRUE(producer_ok);
 }
 
 // ---- across processes ----

@@ -1,0 +1,336 @@
+// kvpool under fire: N worker processes allocate / fill / register / match / release with
+// shared prefixes and random priorities while a killer SIGKILLs random workers (and
+// optionally the daemon) and starts replacements. Checks after every kill that the daemon
+// reclaimed the victim, and at the end that free + inactive + active + mutable = total, no
+// block is still held, and every registered block holds the bytes its writer wrote.
+//   kvpool_stress --workers 8 --seconds 30 --kill-interval-ms 300 --daemon-restarts 0 --seed 1
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "kvpool/client.hpp"
+#include "kvpool/pool/pool_core.hpp"
+
+using namespace kvpool;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  int workers = 8;
+  double seconds = 30;
+  int kill_interval_ms = 300;
+  int daemon_restarts = 0;
+  uint64_t seed = 1;
+  uint32_t blocks = 2048;
+  std::string kvpoold = KVPOOLD_PATH;
+  std::string worker = WORKER_PATH;
+};
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+class Stress {
+ public:
+  explicit Stress(Options o) : o_(std::move(o)), rng_(o_.seed) {
+    char tmpl[] = "/tmp/kvpool-stress-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    instance_ = "stress" + std::to_string(getpid());
+    std::ofstream(dir_ + "/kvpoold.json")
+        << "{\"instance\":\"" << instance_ << "\",\"runtime_dir\":\"" << dir_
+        << "\",\"log_level\":\"warn\",\"pools\":[{\"name\":\"g2\",\"num_blocks\":" << o_.blocks
+        << ",\"layout\":{\"num_layers\":2,\"outer_dim\":2,\"page_size\":16,\"inner_dim\":16,"
+           "\"dtype_bytes\":2,\"alignment\":64}}]}";
+  }
+  ~Stress() {
+    for (auto& [pid, _] : workers_) kill(pid, SIGKILL);
+    for (auto& [pid, _] : workers_) waitpid(pid, nullptr, 0);
+    if (daemon_ > 0) {
+      kill(daemon_, SIGKILL);
+      waitpid(daemon_, nullptr, 0);
+    }
+    std::string rm = "rm -rf " + dir_;
+    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "stress: could not remove %s\n", dir_.c_str());
+  }
+
+  int run() {
+    if (!start_daemon()) return fail("kvpoold did not start");
+    const auto start = Clock::now();
+    const Clock::time_point end =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.seconds));
+    end_ = end;
+    for (int i = 0; i < o_.workers; ++i) spawn_worker(end);
+    auto next_kill = Clock::now() + next_interval();
+    auto next_report = Clock::now() + std::chrono::seconds(1);
+    double restart_every = o_.daemon_restarts > 0 ? o_.seconds / (o_.daemon_restarts + 1) : 0;
+    int restarts_done = 0;
+    uint64_t last_requests = 0;
+    while (Clock::now() < end) {
+      reap(end);
+      if (Clock::now() >= next_kill && !workers_.empty()) {
+        kill_one();
+        next_kill = Clock::now() + next_interval();
+      }
+      if (restart_every > 0 && restarts_done < o_.daemon_restarts &&
+          ms_since(start) > (restarts_done + 1) * restart_every * 1000) {
+        ++restarts_done;
+        restart_daemon(end);
+      }
+      if (Clock::now() >= next_report) {
+        next_report += std::chrono::seconds(1);
+        auto c = counts();
+        uint64_t req = ctl()->stats.requests.load(std::memory_order_relaxed);
+        if (req < last_requests) last_requests = 0;  // a restarted daemon counts from 0
+        std::printf("[%5.1fs] %7.0f req/s  kills %3d  daemon restarts %d  free %u inactive %u active %u mutable %u\n",
+                    ms_since(start) / 1000, static_cast<double>(req - last_requests), kills_,
+                    restarts_done, c.free, c.inactive, c.active, c.mutable_blocks);
+        std::fflush(stdout);
+        last_requests = req;
+      }
+      if (!violations_.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // pacing of the killer loop
+    }
+    // Let the survivors finish on their own (they run until `end`), then check.
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!workers_.empty() && Clock::now() < deadline) {
+      reap(end);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!workers_.empty()) violation(std::to_string(workers_.size()) + " workers did not finish");
+    final_checks();
+    report();
+    return violations_.empty() ? 0 : 1;
+  }
+
+ private:
+  std::chrono::milliseconds next_interval() {
+    return std::chrono::milliseconds(o_.kill_interval_ms / 2 + rng_() % (o_.kill_interval_ms + 1));
+  }
+
+  int fail(const std::string& m) {
+    std::fprintf(stderr, "stress: %s\n", m.c_str());
+    return 1;
+  }
+  void violation(const std::string& m) {
+    std::printf("VIOLATION: %s\n", m.c_str());
+    violations_.push_back(m);
+  }
+
+  const shm::ControlHeader* ctl() const { return control_.as<shm::ControlHeader>(); }
+  const shm::SlotInfo* slots() const {
+    return reinterpret_cast<const shm::SlotInfo*>(control_.as<char>() + ctl()->slots_offset);
+  }
+  pool::PoolCounts counts() const {
+    auto* info = reinterpret_cast<const shm::PoolInfo*>(control_.as<char>() + ctl()->pools_offset);
+    auto core = pool::PoolCore::attach(control_.as<char>() + info->arena_offset, info->arena_bytes);
+    return core ? core->counts() : pool::PoolCounts{};
+  }
+
+  bool start_daemon() {
+    daemon_ = fork();
+    if (daemon_ == 0) {
+      std::string cfg = dir_ + "/kvpoold.json";
+      execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < deadline) {
+      auto seg = detail::Connection::observe(instance_, dir_);
+      if (seg) {
+        control_ = std::move(seg.value());
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // start-up only
+    }
+    return false;
+  }
+
+  void restart_daemon(Clock::time_point end) {
+    std::printf("killing kvpoold (pid %d) with SIGKILL and starting a new one\n", daemon_);
+    restarting_ = true;
+    kill(daemon_, SIGKILL);
+    waitpid(daemon_, nullptr, 0);
+    restarting_ = false;
+    control_ = shm::Segment();
+    // Workers see DaemonGone and exit 3; they are replaced once the new daemon is up.
+    if (!start_daemon()) violation("kvpoold did not restart over its stale segments");
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!workers_.empty() && Clock::now() < deadline) {
+      reap(end, /*replace=*/false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (auto& [pid, _] : workers_) violation("worker " + std::to_string(pid) + " did not notice the daemon's death");
+    while (static_cast<int>(workers_.size()) < o_.workers) spawn_worker(end);
+  }
+
+  void spawn_worker(Clock::time_point end) {
+    double left = std::chrono::duration<double>(end - Clock::now()).count();
+    if (left < 0.2) return;
+    std::string secs = std::to_string(left), seed = std::to_string(rng_() % 1000000);
+    pid_t p = fork();
+    if (p == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      execl(o_.worker.c_str(), o_.worker.c_str(), "--instance", instance_.c_str(), "--runtime-dir",
+            dir_.c_str(), "--seconds", secs.c_str(), "--seed", seed.c_str(), "--decode-us", "0",
+            "--priorities", "3", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    workers_[p] = Clock::now();
+  }
+
+  void reap(Clock::time_point end, bool replace = true) {
+    int st = 0;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+      if (p == daemon_) {
+        if (!violations_.empty() || !restarting_) violation("kvpoold exited unexpectedly");
+        continue;
+      }
+      if (!workers_.erase(p)) continue;
+      if (WIFEXITED(st)) {
+        int code = WEXITSTATUS(st);
+        if (code == 1) violation("worker " + std::to_string(p) + " saw a corrupt block");
+        else if (code != 0 && code != 3) violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
+      }
+      if (replace && Clock::now() < end) spawn_worker(end);
+    }
+  }
+
+  void kill_one() {
+    auto it = workers_.begin();
+    std::advance(it, static_cast<long>(rng_() % workers_.size()));
+    pid_t victim = it->first;
+    uint64_t before = ctl()->stats.reclaimed_clients.load(std::memory_order_relaxed);
+    // The victim's slot, if it attached already.
+    int slot = -1;
+    for (uint32_t i = 0; i < ctl()->max_clients; ++i)
+      if (slots()[i].pid.load(std::memory_order_relaxed) == victim &&
+          slots()[i].state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kAttached))
+        slot = static_cast<int>(i);
+    auto t0 = Clock::now();
+    kill(victim, SIGKILL);
+    ++kills_;
+    if (slot >= 0) {
+      // Reclaimed = the slot released and the counter moved. Bounded wait.
+      while (ms_since(t0) < 2000) {
+        bool freed = slots()[slot].state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kAttached) ||
+                     slots()[slot].pid.load(std::memory_order_relaxed) != victim;
+        if (freed && ctl()->stats.reclaimed_clients.load(std::memory_order_relaxed) > before) break;
+        std::this_thread::yield();
+      }
+      double ms = ms_since(t0);
+      if (ms >= 2000) violation("worker " + std::to_string(victim) + " was not reclaimed within 2 s");
+      else latencies_.push_back(ms);
+    }
+    int st;
+    waitpid(victim, &st, 0);
+    workers_.erase(victim);
+    spawn_worker(end_);
+  }
+
+  void final_checks() {
+    auto c = counts();
+    std::printf("final: total %u = free %u + inactive %u + active %u + mutable %u\n", c.total, c.free,
+                c.inactive, c.active, c.mutable_blocks);
+    if (c.free + c.inactive + c.active + c.mutable_blocks != c.total) violation("counts do not add up");
+    if (c.active != 0) violation(std::to_string(c.active) + " blocks still active with no client");
+    if (c.mutable_blocks != 0) violation(std::to_string(c.mutable_blocks) + " mutable blocks left");
+    // Every registered block still holds what its writer wrote: match each by its hash (as a
+    // client) and check the pattern. A block handed to two writers would show here.
+    auto* info = reinterpret_cast<const shm::PoolInfo*>(control_.as<char>() + ctl()->pools_offset);
+    std::vector<char> snap(info->arena_bytes);
+    std::memcpy(snap.data(), control_.as<char>() + info->arena_offset, snap.size());
+    auto core = pool::PoolCore::attach(snap.data(), snap.size());
+    if (!core) return violation("cannot read the pool arena: " + core.status().message());
+    if (auto s = core->check_invariants(); !s.is_ok()) violation("invariants: " + s.message());
+    ConnectOptions co;
+    co.runtime_dir = dir_;
+    auto client = Client::connect(instance_, co);
+    if (!client) return violation("cannot attach for the final check: " + client.status().message());
+    auto pool = client->pool("g2");
+    const LayoutConfig& L = pool->layout();
+    uint64_t region = uint64_t{L.page_size} * L.inner_dim * L.dtype_bytes;
+    for (uint32_t id = 0; id < core->num_blocks(); ++id) {
+      const auto& b = core->block(id);
+      if (b.state != static_cast<uint8_t>(pool::BlockStateCode::kInactive)) continue;
+      uint64_t h = b.sequence_hash;
+      auto m = pool->match_sequence_hashes(std::span<const uint64_t>(&h, 1));
+      if (!m || m->size() != 1) continue;  // evicted meanwhile: nothing to check
+      ++checked_;
+      for (uint32_t l = 0; l < L.num_layers; ++l)
+        for (uint32_t o = 0; o < L.outer_dim; ++o) {
+          const std::byte* p = *(*m)[0].address(l, o);
+          for (uint64_t i = 0; i < region; ++i)
+            if (static_cast<uint8_t>(p[i]) != static_cast<uint8_t>((h >> ((i % 8) * 8)) ^ i)) {
+              violation("block " + std::to_string(id) + " does not hold what its writer wrote");
+              l = L.num_layers;
+              o = L.outer_dim;
+              break;
+            }
+        }
+    }
+  }
+
+  void report() {
+    std::sort(latencies_.begin(), latencies_.end());
+    auto at = [&](double p) {
+      return latencies_.empty() ? 0.0 : latencies_[std::min(latencies_.size() - 1, static_cast<size_t>(p * latencies_.size()))];
+    };
+    std::printf("kills: %d (%zu measured)  reclamation latency kill -9 -> blocks returned: p50 %.2f ms  p99 %.2f ms  max %.2f ms\n",
+                kills_, latencies_.size(), at(0.5), at(0.99), latencies_.empty() ? 0.0 : latencies_.back());
+    std::printf("registered blocks checked byte for byte: %llu\n", static_cast<unsigned long long>(checked_));
+    std::printf("verdict: %s\n", violations_.empty() ? "PASS" : "FAIL");
+  }
+
+  Options o_;
+  std::mt19937_64 rng_;
+  std::string dir_, instance_;
+  pid_t daemon_ = -1;
+  bool restarting_ = false;
+  Clock::time_point end_;
+  shm::Segment control_;
+  std::map<pid_t, Clock::time_point> workers_;
+  int kills_ = 0;
+  std::vector<double> latencies_;
+  std::vector<std::string> violations_;
+  uint64_t checked_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--workers") o.workers = std::stoi(v);
+    else if (k == "--seconds") o.seconds = std::stod(v);
+    else if (k == "--kill-interval-ms") o.kill_interval_ms = std::stoi(v);
+    else if (k == "--daemon-restarts") o.daemon_restarts = std::stoi(v);
+    else if (k == "--seed") o.seed = std::stoull(v);
+    else if (k == "--blocks") o.blocks = static_cast<uint32_t>(std::stoul(v));
+    else {
+      std::fprintf(stderr, "usage: kvpool_stress [--workers N] [--seconds S] [--kill-interval-ms M] "
+                           "[--daemon-restarts K] [--seed X] [--blocks B]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  Stress s(o);
+  return s.run();
+}
