@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Multi-process stress with kill -9: N workers, a killer, optional daemon restarts.
+#   scripts/stress.sh [--workers 8] [--seconds 30] [--kill-interval-ms 300]
+#                     [--daemon-restarts 0] [--seed 1] [--blocks 2048]
+# Prints progress each second and a verdict; exits non-zero on any violation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$BUILD_DIR" --target kvpool_stress >/dev/null
+exec "$BUILD_DIR/tests/stress/kvpool_stress" "$@"
