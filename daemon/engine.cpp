@@ -285,7 +285,7 @@ void Engine::service(const EngineHooks& hooks) {
 
 bool Engine::any_request_pending() {
   for (auto& s : sessions_) {
-    if (!s.ready || s.state != SlotState::kAttached) continue;
+    if (!s.ready || s.state != SlotState::kAttached || s.backpressured) continue;
     auto r = s.requests->poll();
     if (!r || !r->empty()) return true;  // a record, or an error to handle
   }
@@ -654,7 +654,13 @@ bool Engine::drain(Session& s, uint32_t budget) {
     // Copy once: the client may keep writing its ring while we work.
     uint32_t len = r->payload_len;
     std::memcpy(scratch_.data(), r->payload, len);
-    if (process(s, r->type, scratch_.data(), len) == Outcome::kBackpressure) break;
+    if (process(s, r->type, scratch_.data(), len) == Outcome::kBackpressure) {
+      // The client is not reading its answers: leave the request where it is and let the
+      // engine park; it retries on its next pass (at the latest one tick later).
+      s.backpressured = true;
+      break;
+    }
+    s.backpressured = false;
     if (s.state == SlotState::kFree) return true;  // disconnected while processing
     s.requests->consume();
     worked = true;
@@ -674,11 +680,14 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   const uint64_t item_bytes = len >= sizeof(rq) ? len - sizeof(rq) : 0;
 
   // Room for the largest answer first: once the pool changed, the answer must fit.
-  uint32_t max_refs = answers ? std::min<uint32_t>(rq.count, static_cast<uint32_t>(refs_.capacity())) : 0;
+  // Answers fit one response record by construction: header + refs + room for a message.
+  const uint32_t refs_limit =
+      (s.responses->max_payload() - static_cast<uint32_t>(sizeof(proto::ResponseHeader)) - proto::kMaxErrorMessage) /
+      static_cast<uint32_t>(sizeof(pool::BlockRef));
+  uint32_t max_refs = answers ? std::min<uint32_t>(rq.count, refs_limit) : 0;
   uint32_t answer_bytes = static_cast<uint32_t>(sizeof(proto::ResponseHeader) + max_refs * sizeof(pool::BlockRef) + proto::kMaxErrorMessage);
   void* out = nullptr;
   if (answers) {
-    answer_bytes = std::min(answer_bytes, s.responses->max_payload());
     auto claim = s.responses->try_claim(type == 0 || type > proto::kMaxOpcode ? 0xFFFFu : type, answer_bytes);
     if (!claim) {
       disconnect(s, "response ring corrupt: " + claim.status().message());
@@ -699,8 +708,9 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   } else if (op == proto::Opcode::kAllocate ? item_bytes != 0
                                             : item_bytes != uint64_t{rq.count} * proto::request_item_bytes(op)) {
     st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) + " bytes does not hold " + std::to_string(rq.count) + " items");
-  } else if (answers && rq.count > max_refs) {
-    st = Status(ErrorCode::kInvalidArgument, "batch of " + std::to_string(rq.count) + " exceeds the " + std::to_string(max_refs) + " one request can carry (ring_bytes)");
+  } else if (answers && rq.count > refs_limit) {
+    st = Status(ErrorCode::kInvalidArgument, "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
+                                                 std::to_string(refs_limit) + " one answer can carry (raise ring_bytes)");
   } else {
     pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : &pools_[rq.pool].core;
     switch (op) {

@@ -32,6 +32,7 @@ struct Session {
   gid_t gid = 0;
   uint64_t attach_ns = 0;
   uint32_t protocol_errors = 0;
+  bool backpressured = false;  // its response ring was full at the last attempt
 };
 
 }  // namespace kvpool::daemon

@@ -144,12 +144,15 @@ class DaemonProcess {
   // exited) and waits for READY=1.
   void restart();
 
-  void kill(int sig) { proc_.kill(sig); }
-  std::optional<ExitStatus> wait_exit(std::chrono::milliseconds timeout) {
-    return proc_.wait_exit(timeout);
+  void kill(int sig) {
+    if (proc_) proc_->kill(sig);
   }
-  pid_t pid() const { return proc_.pid(); }
-  bool running() { return proc_.running(); }
+  std::optional<ExitStatus> wait_exit(std::chrono::milliseconds timeout) {
+    if (!proc_) throw HarnessError("kvpoold was never started");
+    return proc_->wait_exit(timeout);
+  }
+  pid_t pid() const { return proc_ ? proc_->pid() : -1; }
+  bool running() { return proc_ && proc_->running(); }
   // Whether the current process sent this notify line ("READY=1", "STOPPING=1").
   bool notified(const std::string& line);
 
@@ -184,7 +187,7 @@ class DaemonProcess {
   std::string notify_path_;
   std::string stderr_path_;
   int starts_ = 0;
-  ChildProcess proc_;
+  std::unique_ptr<ChildProcess> proc_;
 
   shm::UniqueFd notify_fd_;
   shm::UniqueFd notify_stop_;
