@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "kvpool/core/paths.hpp"
@@ -83,8 +86,8 @@ void wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   while (true) {
     if (pred()) return;
     if (Clock::now() >= deadline) {
-      std::string msg = "timed out after " + std::to_string(timeout.count()) +
-                        " ms waiting for " + what;
+      std::string msg =
+          "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what;
       if (detail) msg += "; seen: " + detail();
       throw HarnessError(msg);
     }
@@ -147,7 +150,7 @@ void ChildProcess::spawn(const std::vector<std::string>& argv, const std::vector
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    struct sigaction dfl{};
+    struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     ::sigaction(SIGPIPE, &dfl, nullptr);
     ::execve(av[0], av.data(), ev.data());
@@ -223,8 +226,8 @@ void ChildProcess::kill_and_reap() {
 DaemonView DaemonView::open(const std::string& instance, const std::string& runtime_dir) {
   auto seg = detail::Connection::observe(instance, runtime_dir);
   if (!seg)
-    throw HarnessError("cannot observe kvpoold instance '" + instance + "': " +
-                       seg.status().to_string());
+    throw HarnessError("cannot observe kvpoold instance '" + instance +
+                       "': " + seg.status().to_string());
   DaemonView v;
   v.segment_ = std::move(seg.value());
   auto* base = v.segment_.as<char>();
@@ -318,6 +321,14 @@ DaemonProcess::DaemonProcess(nlohmann::json config) {
 
 DaemonProcess::~DaemonProcess() {
   if (proc_) proc_->kill_and_reap();
+  // A failed test shows what the daemon said, from every start.
+  if (::testing::Test::HasFailure()) {
+    for (int k = 1; k <= starts_; ++k) {
+      std::string path = dir_ + "/kvpoold." + std::to_string(k) + ".stderr";
+      std::cerr << "---- kvpoold stderr (instance " << instance_ << ", start " << k << ") ----\n"
+                << read_file(path) << "---- end ----\n";
+    }
+  }
   if (notify_thread_.joinable()) {
     uint64_t one = 1;
     ssize_t w = ::write(notify_stop_.get(), &one, sizeof(one));
@@ -374,7 +385,9 @@ bool DaemonProcess::notified(const std::string& line) {
   return false;
 }
 
-std::string DaemonProcess::socket_path() const { return kvpool::socket_path(runtime_dir_, instance_); }
+std::string DaemonProcess::socket_path() const {
+  return kvpool::socket_path(runtime_dir_, instance_);
+}
 
 std::string DaemonProcess::stderr_text() const {
   return stderr_path_.empty() ? std::string() : read_file(stderr_path_);
@@ -480,9 +493,9 @@ nlohmann::json DaemonProcess::ctl_status() {
   if (::pipe2(out, O_CLOEXEC) != 0) throw HarnessError(errno_text("pipe2"));
   shm::UniqueFd rd(out[0]), wr(out[1]);
   ChildProcess c;
-  c.spawn({KVPOOLCTL_PATH, "status", "--instance", instance_, "--runtime-dir", runtime_dir_,
-           "--json"},
-          child_environment(), -1, wr.get(), 2);
+  c.spawn(
+      {KVPOOLCTL_PATH, "status", "--instance", instance_, "--runtime-dir", runtime_dir_, "--json"},
+      child_environment(), -1, wr.get(), 2);
   wr.reset();
   std::string text = read_all(rd.get(), 20s, "kvpoolctl status");
   auto st = c.wait_exit(20s);
@@ -504,8 +517,8 @@ WorkerProcess::WorkerProcess(const DaemonProcess& daemon, const std::string& sce
   shm::UniqueFd child_in(in[0]), child_out(out[1]);
   in_ = shm::UniqueFd(in[1]);
   out_ = shm::UniqueFd(out[0]);
-  std::vector<std::string> argv{KVPOOL_TEST_WORKER_PATH, "--instance", daemon.instance(),
-                                "--runtime-dir", daemon.runtime_dir(), scenario};
+  std::vector<std::string> argv{KVPOOL_TEST_WORKER_PATH, "--instance",         daemon.instance(),
+                                "--runtime-dir",         daemon.runtime_dir(), scenario};
   argv.insert(argv.end(), args.begin(), args.end());
   proc_.spawn(argv, child_environment(), child_in.get(), child_out.get(), 2);
   name_ = scenario + " (pid " + std::to_string(proc_.pid()) + ")";
@@ -563,8 +576,9 @@ void WorkerProcess::send_line(const std::string& line) {
   while (off < s.size()) {
     ssize_t w = ::write(in_.get(), s.data() + off, s.size() - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw HarnessError("worker " + name_ + ": cannot send '" + line + "': " +
-                                  std::strerror(errno));
+    if (w < 0)
+      throw HarnessError("worker " + name_ + ": cannot send '" + line +
+                         "': " + std::strerror(errno));
     off += static_cast<size_t>(w);
   }
 }

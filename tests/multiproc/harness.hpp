@@ -8,6 +8,7 @@
 // as a failure of that test, with the message.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -54,7 +55,7 @@ struct ExitStatus {
   bool exited() const;
   int code() const;  // exit code; -1 unless exited()
   bool signaled() const;
-  int signal() const;  // terminating signal; 0 unless signaled()
+  int signal() const;            // terminating signal; 0 unless signaled()
   std::string describe() const;  // "exit code 0", "killed by signal 9 (Killed)"
 };
 

@@ -134,9 +134,9 @@ Result<uint64_t> check_pattern(const Pool& pool, const ImmutableBlock& b) {
       if (w != pattern_word(b.sequence_hash(), r.index, k))
         return Status(ErrorCode::kInternal,
                       "block " + std::to_string(b.block_id()) + " (hash " +
-                          std::to_string(b.sequence_hash()) + ") layer " +
-                          std::to_string(r.layer) + " outer " + std::to_string(r.outer) +
-                          " word " + std::to_string(k) + " differs from the writer's pattern");
+                          std::to_string(b.sequence_hash()) + ") layer " + std::to_string(r.layer) +
+                          " outer " + std::to_string(r.outer) + " word " + std::to_string(k) +
+                          " differs from the writer's pattern");
     }
     ++checked;
   }
@@ -298,7 +298,8 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads) {
       for (auto& b : *reg) keep_imm.push_back(b);
       std::vector<SequenceHash> q = *hashes;
       q.push_back(rng());  // a miss ends the prefix
-      auto m = (rng() & 1) ? pool.match_sequence_hashes(q) : pool.match_sequence_hashes_async(q).get();
+      auto m =
+          (rng() & 1) ? pool.match_sequence_hashes(q) : pool.match_sequence_hashes_async(q).get();
       if (!m) fatal(m.status());
       for (auto& b : *m) keep_imm.push_back(b);
       while (keep_imm.size() > 6) keep_imm.pop_front();
