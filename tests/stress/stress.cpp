@@ -64,6 +64,9 @@ class Stress {
       kill(daemon_, SIGKILL);
       waitpid(daemon_, nullptr, 0);
     }
+    // A daemon killed with SIGKILL cannot unlink its named segments: do it for it.
+    (void)shm::Segment::unlink("/kvpool." + instance_ + ".ctl");
+    (void)shm::Segment::unlink("/kvpool." + instance_ + ".pool.g2");
     std::string rm = "rm -rf " + dir_;
     if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "stress: could not remove %s\n", dir_.c_str());
   }
