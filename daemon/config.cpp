@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvpool/core/paths.hpp"
+#include "kvpool/shm/event_ring.hpp"
 
 namespace kvpool::daemon {
 namespace {
@@ -35,6 +36,8 @@ constexpr size_t kMaxPoolNameChars = 32;
 constexpr uint32_t kMaxNumBlocks = uint32_t{1} << 30;
 // No host has this much RAM to pin for one pool; a bigger request is a typo in the layout.
 constexpr uint64_t kMaxHostPoolBytes = uint64_t{1} << 40;
+// cudaMalloc's alignment guarantee (kvpool::cuda::kSlabAlignment).
+constexpr uint32_t kMaxDeviceAlignment = 256;
 // A config file is a few KiB; the cap keeps a mistaken path (/dev/zero) from eating memory.
 constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
@@ -254,7 +257,8 @@ Config read_config(const Json& root) {
   expect_object(root, "");
   reject_unknown_fields(root, "",
                         {"instance", "runtime_dir", "max_clients", "ring_bytes", "spin_iterations",
-                         "log_level", "allowed_uids", "allowed_gids", "pools"});
+                         "log_level", "allowed_uids", "allowed_gids", "pools",
+                         "event_ring_slots"});
   const Config defaults = default_config();
   Config c = defaults;
   if (auto it = root.find("instance"); it != root.end()) c.instance = read_string(*it, "instance");
@@ -278,6 +282,9 @@ Config read_config(const Json& root) {
   }
   if (auto it = root.find("allowed_gids"); it != root.end()) {
     c.allowed_gids = read_id_list<gid_t>(*it, "allowed_gids");
+  }
+  if (auto it = root.find("event_ring_slots"); it != root.end()) {
+    c.event_ring_slots = read_u32(*it, "event_ring_slots");
   }
   if (auto it = root.find("pools"); it != root.end()) {
     if (!it->is_array()) fail("pools", "expected an array of pool objects, got " + describe(*it));
@@ -417,6 +424,14 @@ Status validate_pool(const PoolConfig& pool, const std::string& path) {
                             "cuda pools need a device: a CUDA ordinal >= 0 (got " +
                                 std::to_string(pool.device) + ")");
       }
+      // A slab's base is what cudaMalloc returns: 256-byte aligned, no more is promised.
+      if (pool.layout.alignment > kMaxDeviceAlignment) {
+        return config_error(child(child(path, "layout"), "alignment"),
+                            "cuda pools take an alignment of at most " +
+                                std::to_string(kMaxDeviceAlignment) +
+                                " bytes (what cudaMalloc guarantees), got " +
+                                std::to_string(pool.layout.alignment));
+      }
       break;
     default:
       return config_error(
@@ -486,6 +501,12 @@ Status validate_config(const Config& c) {
       return config_error(element("allowed_gids", i),
                           std::to_string(c.allowed_gids[i]) + " is not a valid gid");
     }
+  }
+  if (c.event_ring_slots != 0 && !shm::check_event_ring_capacity(c.event_ring_slots).is_ok()) {
+    return config_error("event_ring_slots",
+                        "must be 0 (no event ring) or a power of two in 2.." +
+                            std::to_string(shm::kEventRingMaxCapacity) + " (got " +
+                            std::to_string(c.event_ring_slots) + ")");
   }
   if (c.pools.empty() || c.pools.size() > kMaxPools) {
     return config_error("pools", "must list 1 to " + std::to_string(kMaxPools) + " pools (got " +
@@ -594,6 +615,7 @@ std::string config_to_json(const Config& c) {
   root["allowed_uids"] = c.allowed_uids;
   root["allowed_gids"] = c.allowed_gids;
   root["pools"] = std::move(pools);
+  root["event_ring_slots"] = c.event_ring_slots;
   // Replace rather than throw on invalid UTF-8: this may print a config built in code.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

@@ -34,6 +34,9 @@ struct Config {
   std::vector<uid_t> allowed_uids;   // empty: any uid may attach (socket permissions apply)
   std::vector<gid_t> allowed_gids;   // empty: any gid
   std::vector<PoolConfig> pools;
+  // Slots of the event ring in the control segment (64 bytes each): a power of two in
+  // 2..2^24, or 0 for no ring (no events for kvpool-events or other tools).
+  uint32_t event_ring_slots = 65536;
 
   friend bool operator==(const Config&, const Config&) = default;
 };

@@ -51,6 +51,15 @@ void bump(std::atomic<T>& a, D d) {
   a.store(a.load(std::memory_order_relaxed) + static_cast<T>(d), std::memory_order_relaxed);
 }
 
+// `kvpoolctl metrics` turns this into kvpool_request_duration_seconds.
+void record_latency(shm::LatencyHistogram& h, uint64_t ns) {
+  size_t i = 0;
+  while (i < shm::kLatencyBounds && ns > shm::kLatencyBoundsNs[i]) ++i;
+  bump(h.buckets[i], 1);
+  bump(h.count, 1);
+  bump(h.sum_ns, ns);
+}
+
 void copy_name(char (&dst)[shm::kNameBytes], const std::string& src) {
   std::memset(dst, 0, sizeof(dst));
   std::memcpy(dst, src.data(), std::min(src.size(), sizeof(dst) - 1));
@@ -75,7 +84,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& config) {
 
 Engine::~Engine() {
   if (!created_) return;
-  for (auto& p : pools_) (void)shm::Segment::unlink(p.data.name());
+  for (auto& p : pools_) p.storage.remove();
   (void)shm::Segment::unlink(control_segment_name(config_.instance));
   if (listen_fd_) ::unlink(socket_path_.c_str());
 }
@@ -123,6 +132,10 @@ Status Engine::init() {
     arena_len[i] = *bytes;
     off = shm::align_up(off + *bytes, 4096);
   }
+  const uint64_t ring_off = config_.event_ring_slots != 0 ? off : 0;
+  const uint64_t ring_len =
+      config_.event_ring_slots != 0 ? shm::event_ring_bytes(config_.event_ring_slots) : 0;
+  off = shm::align_up(off + ring_len, 4096);
   auto ctl = shm::Segment::create(control_segment_name(config_.instance), off, 0640);
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
@@ -140,6 +153,14 @@ Status Engine::init() {
   ctl_->pools_offset = pools_off;
   ctl_->total_bytes = off;
   copy_name(ctl_->instance, config_.instance);
+  if (ring_len != 0) {
+    auto ring = shm::EventRingWriter::create(base + ring_off, ring_len, config_.event_ring_slots);
+    if (!ring)
+      return Status(ErrorCode::kConfigError, "event_ring_slots: " + ring.status().message());
+    events_ = std::make_unique<EventPublisher>(ring.value());
+    ctl_->event_ring_offset = ring_off;
+    ctl_->event_ring_bytes = ring_len;
+  }
   slots_info_ = reinterpret_cast<shm::SlotInfo*>(base + slots_off);
   auto* infos = reinterpret_cast<shm::PoolInfo*>(base + pools_off);
 
@@ -147,32 +168,27 @@ Status Engine::init() {
     const PoolConfig& pc = config_.pools[i];
     auto layout = Layout::create(pc.layout);
     if (!layout) return Status(ErrorCode::kConfigError, "pool '" + pc.name + "': " + layout.status().message());
-    if (pc.storage != shm::StorageKind::kHost) {
-      return Status(ErrorCode::kUnsupported,
-                    "pool '" + pc.name + "': storage 'cuda' is not available in this build "
-                    "(device pools come with the CUDA storage backend)");
-    }
-    std::string seg_name = pool_segment_name(config_.instance, pc.name);
-    auto data = shm::Segment::create(seg_name, layout->total_bytes(), 0660);
-    if (!data)
-      return Status(data.status().code(), "pool '" + pc.name + "' (" +
-                                              std::to_string(layout->total_bytes()) +
-                                              " bytes): " + data.status().message());
+    // Host shm or a CUDA slab; a failure names the pool, device and bytes, and the
+    // destructor removes what earlier pools made (the daemon never starts half-configured).
+    auto storage = PoolStorage::create(config_.instance, pc, *layout);
+    if (!storage) return storage.status();
     auto core = pool::PoolCore::create(base + arena_off[i], arena_len[i],
                                        {pc.layout.num_blocks, config_.max_clients, pc.max_holds},
                                        i, pc.name);
-    if (!core) return core.status();
+    if (!core) {
+      storage->remove();
+      return core.status();
+    }
     shm::PoolInfo& info = infos[i];
     copy_name(info.name, pc.name);
-    copy_name(info.shm_name, seg_name);
     info.layout = pc.layout;
-    info.storage = static_cast<uint32_t>(pc.storage);
-    info.device = pc.device;
-    info.data_bytes = layout->total_bytes();
+    storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
     info.arena_offset = arena_off[i];
     info.arena_bytes = arena_len[i];
-    pools_.push_back(HostPool{pc, std::move(data.value()), std::move(core.value())});
+    pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
+  // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
+  for (auto& p : pools_) p.core.set_event_sink(events_.get());
   sessions_.resize(config_.max_clients);
   for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
 
@@ -196,9 +212,9 @@ Status Engine::init() {
 
   uint32_t max_payload = shm::max_ring_payload(config_.ring_bytes);
   scratch_.resize(max_payload);
-  items_.reserve(max_payload / sizeof(pool::RegisterItem));
-  hashes_.reserve(max_payload / sizeof(uint64_t));
-  refs_.reserve(max_payload / sizeof(pool::BlockRef));
+  std::vector<pool::PoolCore*> cores;
+  for (auto& p : pools_) cores.push_back(&p.core);
+  dispatcher_ = Dispatcher(std::move(cores), max_payload);  // the answers' ring is as large
   return Status::ok();
 }
 
@@ -216,8 +232,8 @@ Status Engine::run(const EngineHooks& hooks) {
   spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}",
                config_.instance, socket_path_, pools_.size(), config_.max_clients);
   for (auto& p : pools_)
-    spdlog::info("pool '{}': {} host blocks of {} bytes", p.config.name, p.core.num_blocks(),
-                 Layout::create(p.config.layout)->block_bytes());
+    spdlog::info("pool '{}': {} blocks of {} bytes in {}", p.config.name, p.core.num_blocks(),
+                 Layout::create(p.config.layout)->block_bytes(), p.storage.describe());
   if (hooks.ready) hooks.ready();
 
   uint32_t idle = 0;
@@ -480,13 +496,16 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
   std::vector<int> fds{ro->get(), segfd->get(), bell.get()};
+  // Then, in pool order, a data fd for each pool whose storage travels as one (host pools;
+  // device pools publish their CUDA IPC handle in PoolInfo): proto::welcome_carries_fd.
   std::vector<UniqueFd> pool_fds;
   for (auto& p : pools_) {
-    auto d = p.data.dup_fd();
+    auto d = p.storage.client_fd();
     if (!d) {
       refuse(sock.get(), ErrorCode::kInternal, d.status().message());
       return;
     }
+    if (!d->valid()) continue;
     fds.push_back(d->get());
     pool_fds.push_back(std::move(d.value()));
   }
@@ -644,6 +663,7 @@ void Engine::publish_slot(const Session& s) {
 
 bool Engine::drain(Session& s, uint32_t budget) {
   bool worked = false;
+  uint64_t t_start = 0;  // read only once a record is there: an empty ring costs no clock
   for (uint32_t k = 0; k < budget; ++k) {
     auto r = s.requests->poll();
     if (!r) {
@@ -652,6 +672,7 @@ bool Engine::drain(Session& s, uint32_t budget) {
     }
     if (r->empty()) break;
     // Copy once: the client may keep writing its ring while we work.
+    if (t_start == 0) t_start = now_ns(CLOCK_MONOTONIC);
     uint32_t len = r->payload_len;
     std::memcpy(scratch_.data(), r->payload, len);
     if (process(s, r->type, scratch_.data(), len) == Outcome::kBackpressure) {
@@ -661,6 +682,10 @@ bool Engine::drain(Session& s, uint32_t budget) {
       break;
     }
     s.backpressured = false;
+    // One clock read per record: the end of this one is the start of the next.
+    const uint64_t t_end = now_ns(CLOCK_MONOTONIC);
+    record_latency(ctl_->request_latency, t_end - t_start);
+    t_start = t_end;
     if (s.state == SlotState::kFree) return true;  // disconnected while processing
     s.requests->consume();
     worked = true;
@@ -671,80 +696,22 @@ bool Engine::drain(Session& s, uint32_t budget) {
 Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payload, uint32_t len) {
   bump(ctl_->stats.requests, 1);
   bump(slots_info_[s.slot].requests, 1);
-  proto::RequestHeader rq{};
-  Status st;
-  auto op = static_cast<proto::Opcode>(type);
-  bool answers = type == 0 || type > proto::kMaxOpcode || proto::opcode_answers(op);
-  if (len >= sizeof(rq)) std::memcpy(&rq, payload, sizeof(rq));
-  const std::byte* items = payload + sizeof(rq);
-  const uint64_t item_bytes = len >= sizeof(rq) ? len - sizeof(rq) : 0;
-
+  const std::span<const std::byte> record(payload, len);
   // Room for the largest answer first: once the pool changed, the answer must fit.
   // Answers fit one response record by construction: header + refs + room for a message.
-  const uint32_t refs_limit =
-      (s.responses->max_payload() - static_cast<uint32_t>(sizeof(proto::ResponseHeader)) - proto::kMaxErrorMessage) /
-      static_cast<uint32_t>(sizeof(pool::BlockRef));
-  uint32_t max_refs = answers ? std::min<uint32_t>(rq.count, refs_limit) : 0;
-  uint32_t answer_bytes = static_cast<uint32_t>(sizeof(proto::ResponseHeader) + max_refs * sizeof(pool::BlockRef) + proto::kMaxErrorMessage);
-  void* out = nullptr;
-  if (answers) {
-    auto claim = s.responses->try_claim(type == 0 || type > proto::kMaxOpcode ? 0xFFFFu : type, answer_bytes);
+  const uint32_t answer_bytes = dispatcher_.answer_capacity(type, record);
+  std::span<std::byte> answer;
+  if (answer_bytes > 0) {
+    auto claim = s.responses->try_claim(Dispatcher::answer_type(type), answer_bytes);
     if (!claim) {
       disconnect(s, "response ring corrupt: " + claim.status().message());
       return Outcome::kDone;
     }
     if (*claim == nullptr) return Outcome::kBackpressure;  // the client is not reading yet
-    out = *claim;
+    answer = {static_cast<std::byte*>(*claim), answer_bytes};
   }
-  auto* refs_out = reinterpret_cast<pool::BlockRef*>(static_cast<std::byte*>(out) + sizeof(proto::ResponseHeader));
-  uint32_t count_out = 0;
-
-  if (len < sizeof(rq)) {
-    st = Status(ErrorCode::kProtocolError, "record of " + std::to_string(len) + " bytes is shorter than a request header");
-  } else if (type == 0 || type > proto::kMaxOpcode) {
-    st = Status(ErrorCode::kProtocolError, "unknown opcode " + std::to_string(type));
-  } else if (op != proto::Opcode::kPing && rq.pool >= pools_.size()) {
-    st = Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) + " does not exist (" + std::to_string(pools_.size()) + " pools)");
-  } else if (op == proto::Opcode::kAllocate ? item_bytes != 0
-                                            : item_bytes != uint64_t{rq.count} * proto::request_item_bytes(op)) {
-    st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) + " bytes does not hold " + std::to_string(rq.count) + " items");
-  } else if (answers && rq.count > refs_limit) {
-    st = Status(ErrorCode::kInvalidArgument, "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
-                                                 std::to_string(refs_limit) + " one answer can carry (raise ring_bytes)");
-  } else {
-    pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : &pools_[rq.pool].core;
-    switch (op) {
-      case proto::Opcode::kAllocate:
-        st = core->allocate(s.slot, rq.count, refs_out);
-        if (st.is_ok()) count_out = rq.count;
-        break;
-      case proto::Opcode::kRegister: {
-        items_.resize(rq.count);
-        std::memcpy(items_.data(), items, item_bytes);
-        st = core->register_blocks(s.slot, items_, refs_out);
-        if (st.is_ok()) count_out = rq.count;
-        break;
-      }
-      case proto::Opcode::kMatch: {
-        hashes_.resize(rq.count);
-        std::memcpy(hashes_.data(), items, item_bytes);
-        auto m = core->match(s.slot, hashes_, refs_out);
-        if (m) count_out = *m; else st = m.status();
-        break;
-      }
-      case proto::Opcode::kReleaseMutable:
-      case proto::Opcode::kReleaseImmutable: {
-        refs_.resize(rq.count);
-        std::memcpy(refs_.data(), items, item_bytes);
-        // Fire and forget: a bad handle is counted in the pool's rejected_handles.
-        (void)(op == proto::Opcode::kReleaseMutable ? core->release_mutable(s.slot, refs_)
-                                                    : core->release_immutable(s.slot, refs_));
-        break;
-      }
-      case proto::Opcode::kPing: break;
-    }
-  }
-  if (st.code() == ErrorCode::kProtocolError) {
+  const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, type, record, answer);
+  if (done.code == ErrorCode::kProtocolError) {
     bump(ctl_->stats.protocol_errors, 1);
     bump(slots_info_[s.slot].protocol_errors, 1);
     if (++s.protocol_errors > kMaxProtocolErrors) {
@@ -752,16 +719,7 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
       return Outcome::kDone;
     }
   }
-  if (!answers) return Outcome::kDone;
-  proto::ResponseHeader rh{};
-  rh.correlation_id = rq.correlation_id;
-  rh.status = static_cast<uint16_t>(st.code());
-  rh.count = count_out;
-  uint32_t room = answer_bytes - static_cast<uint32_t>(sizeof(rh) + count_out * sizeof(pool::BlockRef));
-  rh.message_len = static_cast<uint32_t>(std::min<size_t>(st.message().size(), room));
-  std::memcpy(out, &rh, sizeof(rh));
-  std::memcpy(reinterpret_cast<std::byte*>(refs_out + count_out), st.message().data(), rh.message_len);
-  s.responses->publish();
+  if (answer_bytes > 0) s.responses->publish();
   return Outcome::kDone;
 }
 

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/dispatch.hpp"
+#include "daemon/pool_storage.hpp"
+#include "daemon/event_publisher.hpp"
 #include "daemon/session.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -40,9 +43,9 @@ class Engine {
   const std::string& runtime_dir() const { return runtime_dir_; }
 
  private:
-  struct HostPool {
+  struct ServedPool {
     PoolConfig config;
-    shm::Segment data;
+    PoolStorage storage;  // the block bytes: host shm or a CUDA slab
     pool::PoolCore core;
   };
   struct Pending {  // a connection that has not said Hello yet
@@ -77,16 +80,15 @@ class Engine {
   shm::Segment control_;
   shm::ControlHeader* ctl_ = nullptr;
   shm::SlotInfo* slots_info_ = nullptr;
-  std::vector<HostPool> pools_;
+  std::vector<ServedPool> pools_;
+  std::unique_ptr<EventPublisher> events_;  // every pool core's event sink (null: no ring)
   std::vector<Session> sessions_;
   std::vector<Pending> pending_;
   shm::UniqueFd listen_fd_;
   shm::UniqueFd epoll_fd_;
   shm::UniqueFd stop_fd_;  // eventfd
   std::vector<std::byte> scratch_;  // a copy of the request payload being processed
-  std::vector<pool::RegisterItem> items_;
-  std::vector<uint64_t> hashes_;
-  std::vector<pool::BlockRef> refs_;
+  Dispatcher dispatcher_;  // validates and runs ring records against the pools' cores
   uint64_t last_periodic_ns_ = 0;
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;

@@ -1,21 +1,80 @@
 #include "daemon/notify.hpp"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
 #ifdef KVPOOL_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
 
 namespace kvpool::daemon {
+namespace {
 
+// One notification: libsystemd's sd_notify when built with it, else the protocol itself
+// (one datagram to $NOTIFY_SOCKET: a path, or '@name' in the abstract namespace).
+void send_notify(const std::string& message) {
 #ifdef KVPOOL_HAVE_SYSTEMD
-void notify_ready() { sd_notify(0, "READY=1"); }
-void notify_stopping() { sd_notify(0, "STOPPING=1"); }
-void notify_watchdog() { sd_notify(0, "WATCHDOG=1"); }
-void notify_status(const std::string& status) { sd_notify(0, ("STATUS=" + status).c_str()); }
+  sd_notify(0, message.c_str());
 #else
-void notify_ready() {}
-void notify_stopping() {}
-void notify_watchdog() {}
-void notify_status(const std::string&) {}
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  size_t len = std::strlen(path);
+  if (len >= sizeof(addr.sun_path)) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (path[0] == '@') addr.sun_path[0] = '\0';
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&addr),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  ::close(fd);
 #endif
+}
+
+// WatchdogSec= of the unit, as systemd passes it: $WATCHDOG_USEC, for $WATCHDOG_PID (when
+// set) being us. 0 when there is no watchdog.
+uint64_t watchdog_usec() {
+  const char* usec = std::getenv("WATCHDOG_USEC");
+  if (usec == nullptr) return 0;
+  if (const char* pid = std::getenv("WATCHDOG_PID"); pid && std::strtoll(pid, nullptr, 10) != getpid())
+    return 0;
+  return std::strtoull(usec, nullptr, 10);
+}
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+void notify_ready() { send_notify("READY=1"); }
+void notify_stopping() { send_notify("STOPPING=1"); }
+void notify_status(const std::string& status) { send_notify("STATUS=" + status); }
+
+// The engine calls this every ~50 ms while its loop runs. systemd wants a ping at least
+// every half WatchdogSec=; one every quarter leaves room for a slow loop. Without a
+// watchdog the ping goes out once a second (harmless, and shows the loop is alive).
+void notify_watchdog() {
+  static const uint64_t period_ns = [] {
+    uint64_t usec = watchdog_usec();
+    return usec != 0 ? usec * 1000 / 4 : 1'000'000'000ull;
+  }();
+  static uint64_t last_ns = 0;
+  uint64_t now = monotonic_ns();
+  if (last_ns != 0 && now - last_ns < period_ns) return;
+  last_ns = now;
+  send_notify("WATCHDOG=1");
+}
 
 }  // namespace kvpool::daemon

@@ -1,5 +1,6 @@
 // systemd's sd_notify protocol (Type=notify, WatchdogSec=). No-ops when not under systemd
-// (NOTIFY_SOCKET unset) or when built without libsystemd.
+// (NOTIFY_SOCKET unset). Uses libsystemd when built with it, else speaks the protocol
+// itself. Called from the progress-engine thread (and main) only.
 #pragma once
 
 #include <string>

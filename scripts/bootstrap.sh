@@ -7,7 +7,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-format
   libboost-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev systemd
-  libnats-dev nats-server redis-server
+  libnats-dev nats-server redis-server libhiredis-dev
+  clang-14 libclang-rt-14-dev
   procps util-linux
 )
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: `scripts/test.sh`
 # Installs what it needs first (scripts/bootstrap.sh). BUILD_DIR overrides the build folder.
+# Under CI=true, or with SANITIZERS=1, it then also runs the unit and multi-process tests
+# under ASan+UBSan and under TSan (CMakePresets.json: asan, tsan; ASAN_BUILD_DIR and
+# TSAN_BUILD_DIR override their folders) and the fuzzers (scripts/fuzz.sh, FUZZ_SECONDS
+# each, 60 by default; FUZZ_BUILD_DIR). A plain local run stays as quick as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -10,3 +14,40 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
+
+SANITIZERS=${SANITIZERS:-0}
+[ "${CI:-}" = "true" ] && SANITIZERS=1
+[ "$SANITIZERS" = "1" ] || exit 0
+
+# Each sanitizer build makes only what the unit and multi-process tests run. The options
+# are those of the asan / tsan test presets (keep the two in step); ctest is pointed at the
+# folder itself because `ctest --preset` always uses the preset's own binaryDir. Reports go
+# to files too (log_path), so one from a process whose exit status nobody checks (a worker
+# or a daemon a test kills anyway) still fails the run.
+ASAN_BASE=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1
+UBSAN_BASE=print_stacktrace=1:halt_on_error=1
+TSAN_BASE="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+sanitized() {
+  local preset=$1 dir=$2
+  echo "== $preset: unit + multiproc tests ($dir)"
+  cmake --preset "$preset" -B "$dir" >/dev/null
+  cmake --build "$dir" -j "$JOBS" --target kvpool_unit_tests kvpool_multiproc_tests
+  local logs
+  logs="$(cd "$dir" && pwd)/sanitizer-reports"
+  rm -rf "$logs" && mkdir -p "$logs"
+  local rc=0
+  ASAN_OPTIONS="$ASAN_BASE:log_path=$logs/asan" UBSAN_OPTIONS="$UBSAN_BASE:log_path=$logs/ubsan" \
+    TSAN_OPTIONS="$TSAN_BASE:log_path=$logs/tsan" \
+    ctest --test-dir "$dir" -L 'unit|multiproc' --output-on-failure -j "$JOBS" --timeout 300 || rc=1
+  if [ -n "$(ls -A "$logs")" ]; then
+    echo "== $preset: sanitizer reports:"
+    for f in "$logs"/*; do echo "-- $f"; cat "$f"; done
+    rc=1
+  fi
+  return $rc
+}
+sanitized asan "${ASAN_BUILD_DIR:-build-asan}"
+sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
+
+echo "== fuzz"
+FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvpool/pool/pool_core.hpp"
@@ -26,5 +27,38 @@ ControlView open_control(const std::string& instance, const std::string& runtime
 
 // The `kvpoolctl status --json` document.
 nlohmann::json status_json(const ControlView& v);
+
+// ---- helpers of the commands that read a daemon (control_view.cpp) -----------------------
+
+// --instance, --runtime-dir and --json, the options every daemon-reading command takes.
+struct ViewOptions {
+  std::string instance = "default";
+  std::string runtime_dir;
+  bool json = false;
+};
+void add_view_options(CLI::App* cmd, ViewOptions& options);
+
+// "free", "attaching", "attached", "suspect" (or "unknown(N)").
+std::string slot_state_name(uint32_t state);
+// "host", "cuda".
+std::string storage_name(uint32_t storage);
+// The config file's names: "fully_contiguous", "layer_separate".
+std::string layout_kind_config_name(LayoutKind kind);
+
+// What one client slot holds in one pool: its mutable blocks and the distinct registered
+// blocks it references (OwnerRecord). Read from the live arena: a moment old, never torn
+// per field.
+struct SlotHoldings {
+  uint32_t mutable_blocks = 0;
+  uint32_t held_blocks = 0;  // distinct immutable blocks referenced
+  uint64_t held_refs = 0;    // references (a block matched twice counts twice)
+};
+SlotHoldings slot_holdings(const pool::PoolCore& pool, uint32_t slot);
+
+// The request latency histogram, when the daemon writes one (layout minor >= 2).
+const shm::LatencyHistogram* request_latency(const ControlView& v);
+
+// Columns two spaces apart, numbers right-aligned, text left-aligned; one line per row.
+std::string format_table(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace kvpool::ctl

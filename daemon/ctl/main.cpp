@@ -18,12 +18,19 @@ int main(int argc, char** argv) {
 
   kvpool::add_hash_command(app);
   kvpool::add_status_command(app);
+  kvpool::add_clients_command(app);
+  kvpool::add_pools_command(app);
+  kvpool::add_metrics_command(app);
+  kvpool::add_check_command(app);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // app.exit prints help or the one-line failure; scripts get a plain 0 or 1.
     return app.exit(e) == 0 ? 0 : 1;
+  } catch (const kvpool::CommandError& e) {
+    std::cerr << "kvpoolctl: error: " << e.what() << "\n";
+    return e.exit_code();
   } catch (const std::exception& e) {
     std::cerr << "kvpoolctl: error: " << e.what() << "\n";
     return 1;

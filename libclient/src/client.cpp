@@ -19,6 +19,17 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
 const std::string& Pool::name() const { return client_->conn->pools()[index_].name; }
 const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_].layout.config(); }
 
+Pool::Storage Pool::storage() const {
+  return client_->conn->pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
+}
+
+Result<int> Pool::cuda_device() const {
+  const auto& p = client_->conn->pools()[index_];
+  if (!p.device)
+    return Status(ErrorCode::kInvalidState, "pool '" + p.name + "' is a host pool: it has no CUDA device");
+  return p.device->device();
+}
+
 // Lets the pool build and retire handles without widening their public API.
 class PoolAccess {
  public:
@@ -136,6 +147,7 @@ Result<Client> Client::connect(std::string_view instance, const ConnectOptions& 
   o.runtime_dir = options.runtime_dir;
   o.connect_timeout = options.connect_timeout;
   o.spin_iterations = options.spin_iterations;
+  o.pin_host_pools = options.pin_host_pools;
   auto conn = detail::Connection::open(std::string(instance), o);
   if (!conn) return conn.status();
   return Client(std::make_shared<ClientImpl>(std::move(conn.value())));

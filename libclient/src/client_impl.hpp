@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "connection.hpp"
+#include "device_view.hpp"
 #include "kvpool/core/hash.hpp"
 
 namespace kvpool::detail {
@@ -13,11 +14,21 @@ class ClientImpl {
   explicit ClientImpl(std::unique_ptr<Connection> c) : conn(std::move(c)) {}
   std::unique_ptr<Connection> conn;
 
+  // A pool's base in this process: the host mapping, or (device pools) the device pointer
+  // of the daemon's slab, opened on first use.
+  Result<std::byte*> base(uint32_t pool) const {
+    const PoolView& p = conn->pools()[pool];
+    if (p.device) return p.device->base();
+    return static_cast<std::byte*>(p.data.data());
+  }
+
   Result<std::byte*> address(uint32_t pool, uint32_t id, uint32_t layer, uint32_t outer) const {
     const PoolView& p = conn->pools()[pool];
     auto off = p.layout.offset(id, layer, outer);
     if (!off) return off.status();
-    return static_cast<std::byte*>(p.data.data()) + *off;
+    auto b = base(pool);
+    if (!b) return b.status();
+    return *b + *off;
   }
 };
 

@@ -8,7 +8,9 @@
 #include <functional>
 #include <future>
 
+#include "device_view.hpp"
 #include "kvpool/core/paths.hpp"
+#include "kvpool/cuda/device.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 #include "kvpool/shm/unix_socket.hpp"
@@ -96,6 +98,8 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& instance
 
 Status Connection::handshake(const std::string& instance, const ConnectionOptions& options) {
   spin_iterations_ = options.spin_iterations;
+  if (options.pin_host_pools && !cuda::built_with_cuda())
+    return Status(ErrorCode::kUnsupported, "pin_host_pools: " + cuda::no_device_reason());
   std::string dir = options.runtime_dir.empty() ? default_runtime_dir() : options.runtime_dir;
   auto sock = shm::connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
@@ -124,20 +128,48 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   responses_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.response_offset), w.ring_capacity);
 
   const auto& ctl_h = control();
-  if (fds->size() != 3 + ctl_h.num_pools)
-    return Status(ErrorCode::kProtocolError, "welcome carries " + std::to_string(fds->size()) +
-                                                 " descriptors for " + std::to_string(ctl_h.num_pools) + " pools");
   auto* infos = reinterpret_cast<const shm::PoolInfo*>(control_.as<const char>() + ctl_h.pools_offset);
+  // After the first three, one descriptor per pool whose storage travels as one, in pool
+  // order (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
+  size_t pool_fds = 0;
+  for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
+    auto kind = static_cast<shm::StorageKind>(infos[i].storage);
+    if (kind != shm::StorageKind::kHost && kind != shm::StorageKind::kCuda)
+      return Status(ErrorCode::kVersionMismatch,
+                    "pool " + std::to_string(i) + " has storage kind " + std::to_string(infos[i].storage) +
+                        ", unknown to this libkvpool; rebuild the worker against a matching libkvpool");
+    pool_fds += proto::welcome_carries_fd(kind) ? 1 : 0;
+  }
+  if (fds->size() != 3 + pool_fds)
+    return Status(ErrorCode::kProtocolError, "welcome carries " + std::to_string(fds->size()) +
+                                                 " descriptors for " + std::to_string(ctl_h.num_pools) +
+                                                 " pools, " + std::to_string(pool_fds) + " of them with a data descriptor");
+  size_t next_fd = 3;
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
     shm::PoolInfo info = infos[i];
     info.name[sizeof(info.name) - 1] = '\0';
     auto layout = Layout::create(info.layout);
     if (!layout) return layout.status();
-    auto data = shm::Segment::map_fd(std::move((*fds)[3 + i]), true);
-    if (!data) return data.status();
-    if (data->size() < layout->total_bytes())
-      return Status(ErrorCode::kProtocolError, std::string("pool '") + info.name + "' data is smaller than its layout");
-    pools_.push_back(PoolView{info.name, info, layout.value(), std::move(data.value())});
+    PoolView view{info.name, info, layout.value(), shm::Segment(), nullptr, nullptr};
+    if (view.is_device()) {
+      if (info.data_bytes < layout->total_bytes())
+        return Status(ErrorCode::kProtocolError, std::string("pool '") + info.name + "' slab is smaller than its layout");
+      view.device = std::make_shared<DeviceView>(info);
+    } else {
+      auto data = shm::Segment::map_fd(std::move((*fds)[next_fd++]), true);
+      if (!data) return data.status();
+      if (data->size() < layout->total_bytes())
+        return Status(ErrorCode::kProtocolError, std::string("pool '") + info.name + "' data is smaller than its layout");
+      view.data = std::move(data.value());
+      if (options.pin_host_pools) {
+        auto pin = cuda::HostRegistration::pin(view.data.data(), view.data.size());
+        if (!pin)
+          return Status(pin.status().code(), std::string("pin_host_pools: pool '") + info.name + "' (" +
+                                                  std::to_string(view.data.size()) + " bytes): " + pin.status().message());
+        view.pinned = std::make_shared<cuda::HostRegistration>(std::move(pin.value()));
+      }
+    }
+    pools_.push_back(std::move(view));
   }
 
   // The lease thread takes the robust mutex and keeps it as long as we are attached;
@@ -323,7 +355,9 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
         if (need <= rec->payload_len) {
           r.code = static_cast<ErrorCode>(h.status);
           r.refs.resize(h.count);
-          std::memcpy(r.refs.data(), rec->payload + sizeof(h), h.count * sizeof(pool::BlockRef));
+          // memcpy with a null pointer (an empty vector's data()) is undefined even for 0 bytes.
+          if (h.count > 0)
+            std::memcpy(r.refs.data(), rec->payload + sizeof(h), h.count * sizeof(pool::BlockRef));
           r.message.assign(reinterpret_cast<const char*>(rec->payload) + sizeof(h) + h.count * sizeof(pool::BlockRef), h.message_len);
         } else {
           r.code = ErrorCode::kProtocolError;

@@ -24,7 +24,13 @@
 #include "kvpool/shm/segment_layout.hpp"
 #include "kvpool/shm/unique_fd.hpp"
 
+namespace kvpool::cuda {
+class HostRegistration;
+}  // namespace kvpool::cuda
+
 namespace kvpool::detail {
+
+class DeviceView;  // device_view.hpp
 
 struct Response {
   ErrorCode code = ErrorCode::kOk;
@@ -38,6 +44,13 @@ struct PoolView {
   shm::PoolInfo info;
   Layout layout;
   shm::Segment data;  // host pools: the block bytes, mapped read-write
+  // Host pools with pin_host_pools: the cudaHostRegister of `data`. Declared after `data`
+  // so that it is dropped (unregistered) before the mapping goes.
+  std::shared_ptr<cuda::HostRegistration> pinned;
+  // Device pools: the daemon's CUDA slab, opened in this process on first use.
+  std::shared_ptr<DeviceView> device;
+
+  bool is_device() const { return info.storage == static_cast<uint32_t>(shm::StorageKind::kCuda); }
 };
 
 struct ConnectionOptions {
@@ -46,6 +59,8 @@ struct ConnectionOptions {
   uint32_t spin_iterations = 4000;  // before parking on the response doorbell
   // Override of the layout version in Hello (tests of version refusal only).
   uint16_t layout_major = shm::kLayoutMajor;
+  // cudaHostRegister every host pool's mapping (ConnectOptions::pin_host_pools).
+  bool pin_host_pools = false;
 };
 
 class Connection {

@@ -67,6 +67,7 @@ constexpr const char* kFullConfig = R"({
   "log_level": "debug",
   "allowed_uids": [0, 1000],
   "allowed_gids": [27],
+  "event_ring_slots": 1024,
   "pools": [
     {"name": "host_g2", "storage": "host", "num_blocks": 4096, "max_holds": 10000,
      "layout": {"num_layers": 32, "outer_dim": 1, "page_size": 32, "inner_dim": 64,
@@ -87,6 +88,7 @@ TEST(Config, FullConfigParsesEveryField) {
   EXPECT_EQ(c.log_level, "debug");
   EXPECT_EQ(c.allowed_uids, (std::vector<uid_t>{0, 1000}));
   EXPECT_EQ(c.allowed_gids, (std::vector<gid_t>{27}));
+  EXPECT_EQ(c.event_ring_slots, 1024u);
   ASSERT_EQ(c.pools.size(), 2u);
 
   const PoolConfig& h = c.pools[0];
@@ -188,6 +190,33 @@ TEST(Config, OutOfRangeScalarsNameTheirField) {
   edge.ring_bytes = 4096;
   edge.max_clients = 1;
   EXPECT_TRUE(validate_config(edge).is_ok()) << validate_config(edge).to_string();
+}
+
+TEST(Config, EventRingSlotsDefaultZeroAndPowersOfTwo) {
+  EXPECT_EQ(default_config().event_ring_slots, 65536u);
+  EXPECT_NE(config_to_json(default_config()).find("\"event_ring_slots\": 65536"), std::string::npos)
+      << config_to_json(default_config());
+  Result<Config> off = parse_config(R"({"event_ring_slots": 0})");
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  EXPECT_EQ(off->event_ring_slots, 0u);  // 0: no ring
+  Result<Config> big = parse_config(R"({"event_ring_slots": 16777216})");
+  ASSERT_TRUE(big.is_ok()) << big.status().to_string();
+  EXPECT_EQ(big->event_ring_slots, 16777216u);
+  Result<Config> back = parse_config(config_to_json(*big));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->event_ring_slots, 16777216u);
+
+  expect_config_error(R"({"event_ring_slots": 1000})",
+                      "event_ring_slots: must be 0 (no event ring) or a power of two in "
+                      "2..16777216 (got 1000)");
+  expect_config_error(R"({"event_ring_slots": 1})",
+                      "event_ring_slots: must be 0 (no event ring) or a power of two");
+  expect_config_error(R"({"event_ring_slots": 33554432})", "event_ring_slots: must be 0");
+  expect_config_error(R"({"event_ring_slots": "64"})", "event_ring_slots: expected an integer");
+  expect_config_error(R"({"event_ring_slots": -1})", "event_ring_slots: expected an integer");
+  Config c = default_config();
+  c.event_ring_slots = 3;
+  EXPECT_EQ(validate_config(c).code(), ErrorCode::kConfigError);
 }
 
 TEST(Config, PoolErrorsNameThePool) {

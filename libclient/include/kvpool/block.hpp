@@ -51,7 +51,10 @@ class MutableBlock {
   void set_priority(uint32_t priority) { priority_ = priority; }
   uint32_t priority() const { return priority_; }
 
-  // Host pools: the bytes of (layer, outer) of this block in the mapped pool.
+  // Region (layer, outer) of this block. Host pools: a pointer into the pool mapped in this
+  // process. Device pools: a device pointer on Pool::cuda_device() (write it with kernels
+  // or copies, never dereference it on the host); the first one opens the pool's CUDA IPC
+  // handle in this process, and fails with kDeviceError when that GPU is not visible here.
   Result<std::byte*> address(uint32_t layer, uint32_t outer) const;
   uint32_t block_id() const { return id_; }
   uint32_t generation() const { return generation_; }
@@ -79,7 +82,8 @@ class ImmutableBlock {
   uint32_t block_id() const;
   uint32_t generation() const;
   uint32_t pool_index() const;
-  // Host pools: the bytes of (layer, outer) of this block (read them; the writer is done).
+  // Region (layer, outer) of this block, to read (the writer is done): a host pointer for
+  // host pools, a device pointer for device pools (see MutableBlock::address).
   Result<const std::byte*> address(uint32_t layer, uint32_t outer) const;
   bool valid() const { return state_ != nullptr; }
   // Drops this copy now (the reference goes when the last copy goes).

@@ -10,6 +10,10 @@
 // Every call blocks until kvpoold answers; *_async forms send at once and return a
 // future. A Client may be used from several threads. If kvpoold dies, every call fails
 // with ErrorCode::kDaemonGone (within ~50 ms), never hangs.
+//
+// Device pools (storage "cuda"): the daemon owns one CUDA allocation per pool; a client
+// opens it with cudaIpcOpenMemHandle on first use and closes it when the Client goes.
+// Block addresses are then device pointers; move bytes with kernels or copy_blocks.
 #pragma once
 
 #include <chrono>
@@ -35,7 +39,31 @@ struct ConnectOptions {
   // Empty polls of the response ring before parking on its futex: low latency while the
   // daemon answers fast, no burnt core while it does not.
   uint32_t spin_iterations = 4000;
+  // cudaHostRegister every host pool's mapping at connect (unregistered at disconnect), so
+  // copy_blocks between host and device pools runs at DMA speed. connect fails with
+  // kUnsupported when kvpool was built without CUDA, kDeviceError when CUDA cannot pin
+  // (no device visible). Left false, no CUDA call is made for host pools.
+  bool pin_host_pools = false;
 };
+
+class Pool;
+
+// Copies whole blocks: block src_ids[i] of `src` onto block dst_ids[i] of `dst`, every
+// (layer, outer) region, for every i: device -> host, host -> device, device -> device, or
+// host -> host, between pools whose blocks have the same shape (the layout kinds may
+// differ). Ids are block_id()s of blocks the caller holds.
+//
+// Enqueued on `cuda_stream` (a cudaStream_t; nullptr: the legacy default stream) as one
+// cudaMemcpyAsync per run of ids consecutive in both pools (one cudaMemcpy2DAsync when
+// FullyContiguous blocks are padded apart; per layer when a pool is LayerSeparate).
+// Returns once enqueued: synchronise the stream before using the bytes. Host -> host with
+// cuda_stream == nullptr is a plain memcpy, done when this returns, with no CUDA at all.
+//
+// kInvalidArgument: id lists of different lengths, an id out of range, different block
+// shapes, a block both source and destination; kUnsupported: a device pool (or a stream)
+// in a build without CUDA; kDeviceError: a CUDA failure (e.g. the pool's GPU is not here).
+Status copy_blocks(const Pool& src, std::span<const uint32_t> src_ids, const Pool& dst,
+                   std::span<const uint32_t> dst_ids, void* cuda_stream = nullptr);
 
 class Pool {
  public:
@@ -54,8 +82,21 @@ class Pool {
   uint32_t page_size() const { return layout().page_size; }
   uint32_t index() const { return index_; }
 
+  // Where the blocks live (the daemon's "storage"): kHost, shared memory mapped in this
+  // process; kCuda, one GPU's memory, reached through CUDA IPC. Block addresses of a kCuda
+  // pool are device pointers.
+  enum class Storage : uint32_t { kHost = 0, kCuda = 1 };
+  Storage storage() const;
+  bool is_device() const { return storage() == Storage::kCuda; }
+  // Device pools: the local CUDA ordinal of the pool's GPU, found by its UUID (so it may
+  // differ from the daemon's "device" under CUDA_VISIBLE_DEVICES). Opens the pool's CUDA
+  // IPC handle in this process if nothing did yet. kInvalidState for host pools.
+  Result<int> cuda_device() const;
+
  private:
   friend class Client;
+  friend Status copy_blocks(const Pool&, std::span<const uint32_t>, const Pool&,
+                            std::span<const uint32_t>, void*);
   Pool(std::shared_ptr<detail::ClientImpl> c, uint32_t index) : client_(std::move(c)), index_(index) {}
   std::shared_ptr<detail::ClientImpl> client_;
   uint32_t index_;

@@ -21,6 +21,23 @@ constexpr uint32_t kMaxLevels = 65536;
 
 constexpr uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
+// The writer's side of PoolStats::write_seq: odd for the duration of one mutating call.
+class WriteSection {
+ public:
+  explicit WriteSection(std::atomic<uint32_t>& seq) : seq_(seq) {
+    seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~WriteSection() {
+    seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  WriteSection(const WriteSection&) = delete;
+  WriteSection& operator=(const WriteSection&) = delete;
+
+ private:
+  std::atomic<uint32_t>& seq_;
+};
+
 struct Offsets {
   uint32_t table_capacity, hold_table_capacity, max_holds, max_levels, level_table_capacity;
   uint64_t blocks, table, levels, level_heap, level_table, owners, holds, hold_table, total;
@@ -435,6 +452,7 @@ Status PoolCore::check_mutable_handle(uint32_t owner, BlockRef ref) const {
 // ---- operations -------------------------------------------------------------------------
 
 Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
+  WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   uint32_t free_n = header_->stats.free_blocks.load(std::memory_order_relaxed);
   uint64_t available =
@@ -469,6 +487,7 @@ Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
 
 Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> items,
                                  BlockRef* out) {
+  WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   // Validate the whole batch first: a bad item changes nothing.
   Status bad;
@@ -538,6 +557,7 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
 
 Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashes,
                                  BlockRef* out) {
+  WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   if (hashes.size() > holds_free())
     return Status(ErrorCode::kResourceExhausted,
@@ -573,6 +593,7 @@ Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashe
 }
 
 Status PoolCore::release_mutable(uint32_t owner, std::span<const BlockRef> blocks) {
+  WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   Status first;
   for (BlockRef r : blocks) {
@@ -588,6 +609,7 @@ Status PoolCore::release_mutable(uint32_t owner, std::span<const BlockRef> block
 }
 
 Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blocks) {
+  WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   Status first;
   for (size_t k = blocks.size(); k-- > 0;) {
@@ -616,6 +638,7 @@ Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blo
 }
 
 uint32_t PoolCore::release_owner(uint32_t owner) {
+  WriteSection ws(header_->stats.write_seq);
   if (!check_owner(owner).is_ok()) return 0;
   OwnerRecord& o = owners_[owner];
   uint32_t returned = 0;

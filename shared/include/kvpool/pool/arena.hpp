@@ -111,7 +111,10 @@ struct PoolStats {
   std::atomic<uint32_t> active_blocks;
   std::atomic<uint32_t> inactive_blocks;
   std::atomic<uint32_t> holds_used;
-  std::atomic<uint32_t> reserved0;
+  // Seqlock of the writer: odd while a PoolCore call is changing the arena, bumped again
+  // (even) when it is done. A reader that copies the arena (kvpoolctl check) keeps a copy
+  // only if it saw the same even value before and after.
+  std::atomic<uint32_t> write_seq;
   std::atomic<uint64_t> allocations;       // blocks handed out by allocate
   std::atomic<uint64_t> evictions;         // inactive blocks evicted to satisfy allocate
   std::atomic<uint64_t> registrations;     // blocks newly registered

@@ -4,7 +4,10 @@
 // Handshake (SOCK_SEQPACKET, SO_PEERCRED gives the peer's pid and uid):
 //   client -> Hello
 //   daemon -> Welcome + fds [control (read-only), client segment, doorbell eventfd,
-//                            one data fd per host pool]          (or Refusal)
+//                            then, in pool order, one data fd per pool whose storage
+//                            travels as a descriptor (welcome_carries_fd): host pools;
+//                            device pools publish a CUDA IPC handle in PoolInfo instead]
+//                                                                 (or Refusal)
 //   client maps, locks its lease mutex from its lease thread, then -> Ready
 // Requests then flow on the client's request ring, answers on its response ring. The
 // socket stays open: its hang-up (and a pidfd) tells the daemon that the client died.
@@ -15,6 +18,7 @@
 #include <type_traits>
 
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::proto {
 
@@ -37,6 +41,13 @@ struct Hello {
   char instance[64];
 };
 static_assert(sizeof(Hello) == 80 && std::is_trivially_copyable_v<Hello>);
+
+// Whether a pool of this storage gets a descriptor in the welcome (after the first three).
+// Both sides count the welcome's descriptors with it, so Welcome::num_fds is
+// 3 + the number of pools for which this is true.
+inline constexpr bool welcome_carries_fd(shm::StorageKind storage) {
+  return storage == shm::StorageKind::kHost;
+}
 
 struct Welcome {
   uint32_t magic;

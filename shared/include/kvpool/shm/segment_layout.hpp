@@ -4,7 +4,8 @@
 //
 // Segments (all created and sized by the daemon):
 //   control  "/kvpool.<instance>.ctl"   ControlHeader | SlotInfo[max_clients]
-//            | PoolInfo[num_pools] | pool arenas (PoolCore state). Clients and kvpoolctl get
+//            | PoolInfo[num_pools] | pool arenas (PoolCore state) | event ring (when
+//            configured; see event_ring.hpp). Clients, kvpoolctl and kvpool-events get
 //            a read-only fd over the socket and map it read-only.
 //   pool     "/kvpool.<instance>.pool.<name>"   block data of one host pool (layout bytes).
 //   client   memfd, one per attached client, read-write for that client only:
@@ -28,7 +29,7 @@ namespace kvpool::shm {
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 inline constexpr uint16_t kLayoutMajor = 1;
-inline constexpr uint16_t kLayoutMinor = 0;
+inline constexpr uint16_t kLayoutMinor = 2;  // 1: event ring; 2: request latency histogram
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -58,6 +59,22 @@ struct ControlStats {
 };
 static_assert(sizeof(ControlStats) == 128);
 
+// Minor 2: how long the progress engine spent on each request record, from taking it off
+// the ring to publishing its answer. buckets[i] counts records that took at most
+// kLatencyBoundsNs[i] and more than the bound before it (not cumulative); bucket
+// kLatencyBounds counts the slower ones. Relaxed counters, written by the engine only.
+inline constexpr size_t kLatencyBounds = 13;
+inline constexpr uint64_t kLatencyBoundsNs[kLatencyBounds] = {
+    250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000, 1'000'000,
+    10'000'000};
+struct LatencyHistogram {
+  std::atomic<uint64_t> buckets[16];  // [0, kLatencyBounds] used
+  std::atomic<uint64_t> count;
+  std::atomic<uint64_t> sum_ns;
+  std::atomic<uint64_t> reserved[6];
+};
+static_assert(sizeof(LatencyHistogram) == 192);
+
 struct ControlHeader {
   uint64_t magic;
   uint16_t layout_major;
@@ -77,17 +94,26 @@ struct ControlHeader {
   // client that publishes a request knows to ring its eventfd (Dekker with its tail store).
   std::atomic<uint32_t> daemon_sleeping;
   std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the engine's last loop
-  uint8_t reserved1[48];
+  // Minor 1: the event ring (shm/event_ring.hpp); offset 0 when the daemon runs without
+  // one (event_ring_slots 0, or a minor-0 daemon, whose reserved bytes here are zero).
+  uint64_t event_ring_offset;
+  uint64_t event_ring_bytes;
+  uint8_t reserved1[32];
   // offset 192
   alignas(64) ControlStats stats;
+  // offset 320. Minor 2 (header_bytes >= 512): per-request engine time.
+  alignas(64) LatencyHistogram request_latency;
 };
 static_assert(std::is_standard_layout_v<ControlHeader>);
 static_assert(offsetof(ControlHeader, instance) == 64);
 static_assert(offsetof(ControlHeader, state) == 128);
 static_assert(offsetof(ControlHeader, daemon_sleeping) == 132);
 static_assert(offsetof(ControlHeader, heartbeat_ns) == 136);
+static_assert(offsetof(ControlHeader, event_ring_offset) == 144);
+static_assert(offsetof(ControlHeader, event_ring_bytes) == 152);
 static_assert(offsetof(ControlHeader, stats) == 192);
-static_assert(sizeof(ControlHeader) == 320);
+static_assert(offsetof(ControlHeader, request_latency) == 320);
+static_assert(sizeof(ControlHeader) == 512);
 
 // One per client slot: what `kvpoolctl clients` shows. Written by the daemon only.
 struct SlotInfo {

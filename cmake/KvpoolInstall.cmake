@@ -1,0 +1,95 @@
+# `cmake --install`: what a host running kvpoold and a worker building against libkvpool
+# need, and nothing else (no tests, no internal libraries).
+#
+#   bin/kvpoold, bin/kvpoolctl
+#   lib/libkvpool.so*                       self-contained: kvpool_core is compiled in
+#   include/kvpool/{client,block}.hpp       the public API, and the shared headers they
+#   include/kvpool/core/*.hpp               (and TokenBlockSequence) include
+#   lib/cmake/kvpool/                       find_package(kvpool) -> kvpool::client
+#   lib/pkgconfig/kvpool.pc                 pkg-config --cflags --libs kvpool
+#   lib/systemd/system/kvpoold.service      ExecStart= and --config point into the prefix
+#   lib/sysusers.d/kvpool.conf              user and group kvpool
+#   etc/kvpool/kvpoold.json                 the default config (/etc/kvpool for prefix /usr)
+#   share/doc/kvpool/README.md
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(KVPOOL_INSTALL_UNITDIR "lib/systemd/system" CACHE STRING
+    "systemd unit directory, relative to the prefix or absolute")
+set(KVPOOL_INSTALL_SYSUSERSDIR "lib/sysusers.d" CACHE STRING
+    "sysusers.d directory, relative to the prefix or absolute")
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(_kvpool_configdir_default "/etc/kvpool")
+else()
+  set(_kvpool_configdir_default "etc/kvpool")
+endif()
+set(KVPOOL_INSTALL_CONFIGDIR "${_kvpool_configdir_default}" CACHE STRING
+    "directory of kvpoold.json, relative to the prefix or absolute")
+
+# ---- programs and the client library -------------------------------------------------------
+# kvpoolctl links libkvpool: find it next door once installed, wherever the prefix is.
+set_target_properties(kvpoolctl PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS kvpoold kvpoolctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# (Its include directory is the $<INSTALL_INTERFACE:include> of libclient/CMakeLists.txt.)
+install(TARGETS kvpool EXPORT kvpoolTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/libclient/include/kvpool/client.hpp
+              ${PROJECT_SOURCE_DIR}/libclient/include/kvpool/block.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvpool)
+# Exactly what client.hpp and block.hpp include (transitively), plus token_block.hpp for
+# TokenBlockSequence, which libkvpool also exports.
+install(FILES ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/status.hpp
+              ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/hash.hpp
+              ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/block_state.hpp
+              ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/layout.hpp
+              ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/token_block.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvpool/core)
+
+# ---- find_package(kvpool) ------------------------------------------------------------------
+set(_kvpool_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/kvpool)
+install(EXPORT kvpoolTargets NAMESPACE kvpool:: FILE kvpoolTargets.cmake
+        DESTINATION ${_kvpool_cmakedir})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/kvpoolConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/kvpoolConfig.cmake
+                              INSTALL_DESTINATION ${_kvpool_cmakedir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/kvpoolConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/kvpoolConfig.cmake
+              ${PROJECT_BINARY_DIR}/kvpoolConfigVersion.cmake
+        DESTINATION ${_kvpool_cmakedir})
+
+# ---- files whose paths depend on the prefix chosen at install time -------------------------
+# kvpool.pc, and kvpoold.service with ExecStart= / --config inside the prefix, are written
+# at install time, so `cmake --install BUILD --prefix P` gets paths under P.
+configure_file(${CMAKE_CURRENT_LIST_DIR}/kvpool.pc.in ${PROJECT_BINARY_DIR}/kvpool.pc.template @ONLY)
+install(CODE "
+  set(_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  set(_dest \"\$ENV{DESTDIR}\${_prefix}\")
+  # kvpool.pc
+  file(READ \"${PROJECT_BINARY_DIR}/kvpool.pc.template\" _pc)
+  string(REPLACE \"%PREFIX%\" \"\${_prefix}\" _pc \"\${_pc}\")
+  message(STATUS \"Installing: \${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\")
+  file(WRITE \"\${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\" \"\${_pc}\")
+  # kvpoold.service
+  set(_configdir \"${KVPOOL_INSTALL_CONFIGDIR}\")
+  if(NOT IS_ABSOLUTE \"\${_configdir}\")
+    set(_configdir \"\${_prefix}/\${_configdir}\")
+  endif()
+  set(_unitdir \"${KVPOOL_INSTALL_UNITDIR}\")
+  if(IS_ABSOLUTE \"\${_unitdir}\")
+    set(_unitdir \"\$ENV{DESTDIR}\${_unitdir}\")
+  else()
+    set(_unitdir \"\${_dest}/\${_unitdir}\")
+  endif()
+  file(READ \"${PROJECT_SOURCE_DIR}/systemd/kvpoold.service\" _unit)
+  string(REPLACE \"ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.json\"
+         \"ExecStart=\${_prefix}/${CMAKE_INSTALL_BINDIR}/kvpoold --config \${_configdir}/kvpoold.json\"
+         _unit \"\${_unit}\")
+  message(STATUS \"Installing: \${_unitdir}/kvpoold.service\")
+  file(WRITE \"\${_unitdir}/kvpoold.service\" \"\${_unit}\")
+")
+
+# ---- operating files -----------------------------------------------------------------------
+install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpool.sysusers.conf
+        DESTINATION ${KVPOOL_INSTALL_SYSUSERSDIR} RENAME kvpool.conf)
+install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpoold.json DESTINATION ${KVPOOL_INSTALL_CONFIGDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -1,0 +1,65 @@
+// The request half of kvpoold's progress engine, on its own: validates one ring record
+// (opcode, header, payload size, pool index, batch size) and runs it against the pool
+// cores, writing the answer (ResponseHeader | BlockRefs | error text) into a buffer the
+// caller provides. It owns no pool state and knows nothing of sessions, sockets or rings,
+// so tests and fuzzers can feed it raw records against a live PoolCore.
+//
+// Nothing in a record is trusted: every field is checked before use, a malformed record
+// gets an error answer (kProtocolError for framing errors, which the engine counts), and
+// the answer never overruns the buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvpool/core/status.hpp"
+#include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/protocol.hpp"
+
+namespace kvpool::daemon {
+
+class Dispatcher {
+ public:
+  // Response record type of the answer to an unknown opcode.
+  static constexpr uint32_t kUnknownAnswerType = 0xFFFFu;
+
+  Dispatcher() = default;
+  // `cores[i]` is pool index i; the cores must outlive the dispatcher. Answers are bounded
+  // by `max_answer_payload` (the response ring's largest record payload).
+  Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_payload);
+
+  // Whether a record of `type` gets an answer: every opcode but the releases, and unknown
+  // opcodes too (with an error).
+  static bool answers(uint32_t type);
+  // The response record type of the answer to a record of `type`.
+  static uint32_t answer_type(uint32_t type);
+
+  // Most BlockRefs one answer can carry; larger batches are refused (kInvalidArgument).
+  uint32_t refs_limit() const { return refs_limit_; }
+  // Bytes to reserve for the answer to this record before dispatching it (0: no answer).
+  // Reserved first because once the pool changed, the answer must fit.
+  uint32_t answer_capacity(uint32_t type, std::span<const std::byte> record) const;
+
+  struct Outcome {
+    ErrorCode code = ErrorCode::kOk;  // kProtocolError: a malformed record
+    uint32_t answer_bytes = 0;        // header + refs + message written to `answer`
+  };
+  // Validates and runs one record of client `owner` (its slot; < every core's
+  // max_owners). `answer` must hold at least answer_capacity(type, record) bytes when the
+  // record answers; it is left alone otherwise.
+  Outcome dispatch(uint32_t owner, uint32_t type, std::span<const std::byte> record,
+                   std::span<std::byte> answer);
+
+ private:
+  std::vector<pool::PoolCore*> cores_;
+  uint32_t refs_limit_ = 0;
+  // Copies of the payload's items, aligned for the pool core (records are only 8-aligned
+  // and live in memory the client can still write).
+  std::vector<pool::RegisterItem> items_;
+  std::vector<uint64_t> hashes_;
+  std::vector<pool::BlockRef> refs_;
+};
+
+}  // namespace kvpool::daemon

@@ -1,0 +1,50 @@
+#include "daemon/event_publisher.hpp"
+
+#include <time.h>
+
+namespace kvpool::daemon {
+namespace {
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+shm::EventPayload payload(shm::EventType type, uint32_t pool, uint64_t time_ns) {
+  shm::EventPayload p{};
+  p.type = static_cast<uint8_t>(type);
+  p.pool = static_cast<uint16_t>(pool);
+  p.time_ns = time_ns;
+  return p;
+}
+
+}  // namespace
+
+void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) {
+  if (blocks.empty()) return;
+  const uint64_t t = realtime_ns();
+  scratch_.clear();
+  for (const pool::StoredBlock& b : blocks) {
+    shm::EventPayload p = payload(shm::EventType::kStored, pool, t);
+    p.sequence_hash = b.sequence_hash;
+    p.block_hash = b.block_hash;
+    p.parent_hash = b.has_parent ? b.parent_hash : 0;
+    p.priority = b.priority;
+    p.flags = b.has_parent ? shm::kEventHasParent : 0;
+    scratch_.push_back(p);
+  }
+  writer_.append(scratch_);
+}
+
+void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
+  shm::EventPayload p = payload(shm::EventType::kRemoved, pool, realtime_ns());
+  p.sequence_hash = sequence_hash;
+  writer_.append(p);
+}
+
+void EventPublisher::on_cleared(uint32_t pool) {
+  writer_.append(payload(shm::EventType::kCleared, pool, realtime_ns()));
+}
+
+}  // namespace kvpool::daemon

@@ -1,0 +1,30 @@
+// The daemon's EventSink: turns the pool cores' Stored / Removed / Cleared calls into records
+// of the control segment's event ring (one batch per register call). Runs on the progress
+// engine, never waits (the ring overwrites what slow readers did not read).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvpool/pool/events.hpp"
+#include "kvpool/shm/event_ring.hpp"
+
+namespace kvpool::daemon {
+
+class EventPublisher final : public pool::EventSink {
+ public:
+  explicit EventPublisher(shm::EventRingWriter writer) : writer_(writer) {}
+
+  void on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) override;
+  void on_removed(uint32_t pool, uint64_t sequence_hash) override;
+  void on_cleared(uint32_t pool) override;
+
+  const shm::EventRingWriter& writer() const { return writer_; }
+
+ private:
+  shm::EventRingWriter writer_;
+  std::vector<shm::EventPayload> scratch_;  // grows to the largest batch, then reused
+};
+
+}  // namespace kvpool::daemon

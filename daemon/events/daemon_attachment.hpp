@@ -1,0 +1,58 @@
+// A read-only attachment to one running kvpoold, as kvpool-events needs it: the control
+// segment (through Connection::observe, like kvpoolctl), its event ring, and consistent
+// snapshots of its pools' registries. Nothing here can write to the daemon's memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/events/message_builder.hpp"
+#include "kvpool/core/status.hpp"
+#include "kvpool/shm/event_ring.hpp"
+#include "kvpool/shm/segment.hpp"
+#include "kvpool/shm/segment_layout.hpp"
+
+namespace kvpool::events {
+
+struct RegistrySnapshot {
+  std::vector<RegisteredBlock> blocks;  // every pool's active and inactive blocks
+  // Replay the ring from this id on top of the snapshot: every change the copy may have
+  // missed (or half-seen) has an event at or after it.
+  uint64_t resume_id = 1;
+  uint32_t attempts = 0;
+  // Every pool was copied between two calls of the daemon (its write sequence even and
+  // unchanged) and passed check_invariants. False: the daemon was never quiet for long
+  // enough, and the copy is best effort (the replay from resume_id repairs membership).
+  bool consistent = false;
+};
+
+class DaemonAttachment {
+ public:
+  // kNotFound when no kvpoold serves the instance; kUnsupported when it has no event ring.
+  static Result<std::unique_ptr<DaemonAttachment>> attach(const std::string& instance,
+                                                          const std::string& runtime_dir);
+
+  shm::EventRingReader& ring() { return ring_; }
+  // False once the daemon is stopping or its process is gone (a restarted daemon has a new
+  // control segment: attach again).
+  bool daemon_alive() const;
+  int64_t daemon_pid() const { return header_->daemon_pid; }
+  uint32_t num_pools() const { return header_->num_pools; }
+  const shm::PoolInfo& pool_info(uint32_t i) const { return infos_[i]; }
+
+  // Copies every pool arena out of the segment and reads the registered blocks from the
+  // copies. Tries up to `max_attempts` times for a consistent copy (see RegistrySnapshot).
+  Result<RegistrySnapshot> snapshot(uint32_t max_attempts = 64);
+
+ private:
+  DaemonAttachment() = default;
+
+  shm::Segment segment_;
+  const shm::ControlHeader* header_ = nullptr;
+  const shm::PoolInfo* infos_ = nullptr;
+  shm::EventRingReader ring_;
+};
+
+}  // namespace kvpool::events

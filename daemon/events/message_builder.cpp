@@ -1,0 +1,197 @@
+#include "daemon/events/message_builder.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kvpool::events {
+namespace {
+
+uint32_t pool_bit(uint32_t pool) { return pool < 32 ? uint32_t{1} << pool : 0x80000000u; }
+
+}  // namespace
+
+void MessageBuilder::send(const std::string& json) {
+  ++next_event_id_;
+  ++stats_.messages;
+  if (!sink_(json)) in_sync_ = false;
+}
+
+void MessageBuilder::send_stored() {
+  if (stored_.empty()) return;
+  json_.clear();
+  append_stored_json(json_, worker_id_, next_event_id_, stored_parent_, stored_);
+  stats_.stored_blocks += stored_.size();
+  stored_.clear();
+  stored_parent_.reset();
+  send(json_);
+}
+
+void MessageBuilder::send_removed() {
+  if (removed_.empty()) return;
+  json_.clear();
+  append_removed_json(json_, worker_id_, next_event_id_, removed_);
+  stats_.removed_blocks += removed_.size();
+  removed_.clear();
+  send(json_);
+}
+
+void MessageBuilder::stored_block(uint32_t pool, uint64_t seq, uint64_t block, bool has_parent,
+                                  uint64_t parent) {
+  uint32_t& mask = pools_of_[seq];
+  const bool known = mask != 0;
+  mask |= pool_bit(pool);
+  if (known) return;  // another pool already told the router
+  // A message's blocks are a chain: start another one where this block does not continue it.
+  const bool continues = !stored_.empty() && has_parent && parent == stored_.back().block_hash;
+  if (!continues || stored_.size() >= kMaxBlocksPerMessage) {
+    // A full message splits a chain: the next message hangs under its last block.
+    const bool split_chain = continues;
+    const uint64_t last = stored_.empty() ? 0 : stored_.back().block_hash;
+    send_stored();
+    if (split_chain) {
+      stored_parent_ = last;
+    } else if (has_parent) {
+      stored_parent_ = parent;
+    }
+  }
+  stored_.push_back({seq, block});
+}
+
+void MessageBuilder::removed_block(uint32_t pool, uint64_t seq) {
+  auto it = pools_of_.find(seq);
+  if (it == pools_of_.end()) return;  // never told (removed before a resync's snapshot)
+  it->second &= ~pool_bit(pool);
+  if (it->second != 0) return;  // another pool still holds it
+  pools_of_.erase(it);
+  removed_.push_back(seq);
+  if (removed_.size() >= kMaxRemovedPerMessage) send_removed();
+}
+
+void MessageBuilder::add(const shm::EventRecord& r) {
+  ++stats_.records;
+  const uint32_t pool = r.payload.pool;
+  switch (r.type()) {
+    case shm::EventType::kStored:
+      send_removed();
+      if (r.batch_first()) send_stored();  // a batch cut short by a lap: send what came
+      stored_block(pool, r.payload.sequence_hash, r.payload.block_hash, r.has_parent(),
+                   r.payload.parent_hash);
+      if (r.batch_last()) send_stored();
+      break;
+    case shm::EventType::kRemoved:
+      send_stored();
+      removed_block(pool, r.payload.sequence_hash);
+      break;
+    case shm::EventType::kCleared: {
+      send_stored();
+      const uint32_t bit = pool_bit(pool);
+      for (auto it = pools_of_.begin(); it != pools_of_.end();) {
+        if ((it->second & bit) != 0 && (it->second &= ~bit) == 0) {
+          removed_.push_back(it->first);
+          it = pools_of_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (pools_of_.empty()) {
+        // Nothing left anywhere: one "cleared" says it all.
+        removed_.clear();
+        json_.clear();
+        append_cleared_json(json_, worker_id_, next_event_id_);
+        ++stats_.cleared;
+        send(json_);
+      } else {
+        while (!removed_.empty()) {
+          const size_t n = std::min(removed_.size(), kMaxRemovedPerMessage);
+          std::vector<uint64_t> rest(removed_.begin() + static_cast<long>(n), removed_.end());
+          removed_.resize(n);
+          send_removed();
+          removed_ = std::move(rest);
+        }
+      }
+      break;
+    }
+    default:
+      break;  // a record type from a newer daemon: nothing a router knows about
+  }
+}
+
+void MessageBuilder::flush() {
+  send_stored();
+  send_removed();
+}
+
+void MessageBuilder::resync(std::span<const RegisteredBlock> blocks) {
+  stored_.clear();
+  stored_parent_.reset();
+  removed_.clear();
+  pools_of_.clear();
+  in_sync_ = true;
+  ++stats_.resyncs;
+  json_.clear();
+  append_cleared_json(json_, worker_id_, next_event_id_);
+  ++stats_.cleared;
+  send(json_);
+
+  // One entry per hash (several pools may hold it), then chains: parents before children,
+  // each child continuing its parent's message where it can.
+  struct Node {
+    uint64_t block_hash;
+    uint64_t parent;
+    bool has_parent;
+  };
+  std::unordered_map<uint64_t, Node> nodes;
+  nodes.reserve(blocks.size());
+  for (const RegisteredBlock& b : blocks) {
+    pools_of_[b.sequence_hash] |= pool_bit(b.pool);
+    nodes.emplace(b.sequence_hash, Node{b.block_hash, b.parent_hash, b.has_parent});
+  }
+  std::unordered_multimap<uint64_t, uint64_t> children;  // parent -> child
+  std::vector<uint64_t> roots;
+  for (const auto& [seq, n] : nodes) {
+    if (n.has_parent && n.parent != seq && nodes.count(n.parent)) {
+      children.emplace(n.parent, seq);
+    } else {
+      roots.push_back(seq);
+    }
+  }
+  std::sort(roots.begin(), roots.end());  // deterministic output
+  std::unordered_set<uint64_t> sent;
+  sent.reserve(nodes.size());
+  std::vector<uint64_t> stack;
+  auto walk = [&](uint64_t root) {
+    stack.push_back(root);
+    while (!stack.empty()) {
+      const uint64_t seq = stack.back();
+      stack.pop_back();
+      if (!sent.insert(seq).second) continue;
+      const Node& n = nodes.at(seq);
+      // Reuses the live path's chain logic; the pool mask is already set, so bypass it.
+      const bool continues =
+          !stored_.empty() && n.has_parent && n.parent == stored_.back().block_hash;
+      if (!continues || stored_.size() >= kMaxBlocksPerMessage) {
+        const uint64_t last = stored_.empty() ? 0 : stored_.back().block_hash;
+        send_stored();
+        if (continues) {
+          stored_parent_ = last;
+        } else if (n.has_parent) {
+          stored_parent_ = n.parent;
+        }
+      }
+      stored_.push_back({seq, n.block_hash});
+      // Depth first; the first child is popped next and so continues this chain.
+      auto [lo, hi] = children.equal_range(seq);
+      std::vector<uint64_t> kids;
+      for (auto it = lo; it != hi; ++it) kids.push_back(it->second);
+      std::sort(kids.rbegin(), kids.rend());
+      for (uint64_t k : kids) stack.push_back(k);
+    }
+  };
+  for (uint64_t r : roots) walk(r);
+  // A cycle (only a corrupt snapshot has one) leaves nodes unreached: send them too.
+  for (const auto& [seq, n] : nodes)
+    if (!sent.count(seq)) walk(seq);
+  send_stored();
+}
+
+}  // namespace kvpool::events

@@ -1,0 +1,149 @@
+#include "daemon/events/router_event.hpp"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+namespace kvpool::events {
+namespace {
+
+template <typename Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, r.ptr);
+}
+
+void append_head(std::string& out, int64_t worker_id, uint64_t event_id) {
+  out += "{\"worker_id\":";
+  append_int(out, worker_id);
+  out += ",\"event\":{\"event_id\":";
+  append_int(out, event_id);
+  out += ",\"data\":";
+}
+
+Status bad(const std::string& what) {
+  return Status(ErrorCode::kInvalidArgument, "not a router event: " + what);
+}
+
+}  // namespace
+
+std::string kv_events_subject(std::string_view ns, std::string_view component) {
+  return "namespace." + std::string(ns) + ".component." + std::string(component) + ".kv_events";
+}
+
+std::string resync_subject(std::string_view ns, std::string_view component) {
+  return kv_events_subject(ns, component) + ".resync";
+}
+
+void append_stored_json(std::string& out, int64_t worker_id, uint64_t event_id,
+                        std::optional<uint64_t> parent_hash, std::span<const StoredHashes> blocks) {
+  append_head(out, worker_id, event_id);
+  out += "{\"stored\":{\"parent_hash\":";
+  if (parent_hash) {
+    append_int(out, *parent_hash);
+  } else {
+    out += "null";
+  }
+  out += ",\"blocks\":[";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i) out += ',';
+    out += "{\"block_hash\":";
+    append_int(out, blocks[i].block_hash);
+    out += ",\"tokens_hash\":";
+    append_int(out, blocks[i].tokens_hash);
+    out += '}';
+  }
+  out += "]}}}}";
+}
+
+void append_removed_json(std::string& out, int64_t worker_id, uint64_t event_id,
+                         std::span<const uint64_t> block_hashes) {
+  append_head(out, worker_id, event_id);
+  out += "{\"removed\":{\"block_hashes\":[";
+  for (size_t i = 0; i < block_hashes.size(); ++i) {
+    if (i) out += ',';
+    append_int(out, block_hashes[i]);
+  }
+  out += "]}}}}";
+}
+
+void append_cleared_json(std::string& out, int64_t worker_id, uint64_t event_id) {
+  append_head(out, worker_id, event_id);
+  out += "\"cleared\"}}";
+}
+
+Result<RouterEvent> parse_router_event(std::string_view text) {
+  using nlohmann::json;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("invalid JSON");
+  if (!j.is_object()) return bad("not an object");
+  RouterEvent e;
+  auto w = j.find("worker_id");
+  if (w == j.end() || !w->is_number_integer()) return bad("worker_id missing or not an integer");
+  e.worker_id = w->get<int64_t>();
+  auto ev = j.find("event");
+  if (ev == j.end() || !ev->is_object()) return bad("event missing or not an object");
+  auto id = ev->find("event_id");
+  if (id == ev->end() || !id->is_number_unsigned())
+    return bad("event.event_id missing or not unsigned");
+  e.event_id = id->get<uint64_t>();
+  auto data = ev->find("data");
+  if (data == ev->end()) return bad("event.data missing");
+  if (data->is_string()) {
+    if (data->get<std::string>() != "cleared") return bad("event.data is an unknown string");
+    e.kind = RouterEvent::Kind::kCleared;
+    return e;
+  }
+  if (!data->is_object() || data->size() != 1) return bad("event.data is not a one-key object");
+  if (auto st = data->find("stored"); st != data->end()) {
+    e.kind = RouterEvent::Kind::kStored;
+    if (!st->is_object()) return bad("stored is not an object");
+    auto parent = st->find("parent_hash");
+    if (parent == st->end()) return bad("stored.parent_hash missing");
+    if (parent->is_number_unsigned()) {
+      e.parent_hash = parent->get<uint64_t>();
+    } else if (!parent->is_null()) {
+      return bad("stored.parent_hash is neither null nor unsigned");
+    }
+    auto blocks = st->find("blocks");
+    if (blocks == st->end() || !blocks->is_array())
+      return bad("stored.blocks missing or not an array");
+    e.blocks.reserve(blocks->size());
+    for (const json& b : *blocks) {
+      if (!b.is_object()) return bad("stored.blocks[] is not an object");
+      auto bh = b.find("block_hash");
+      auto th = b.find("tokens_hash");
+      if (bh == b.end() || th == b.end() || !bh->is_number_unsigned() || !th->is_number_unsigned())
+        return bad("stored.blocks[] needs unsigned block_hash and tokens_hash");
+      e.blocks.push_back({bh->get<uint64_t>(), th->get<uint64_t>()});
+    }
+    return e;
+  }
+  if (auto rm = data->find("removed"); rm != data->end()) {
+    e.kind = RouterEvent::Kind::kRemoved;
+    if (!rm->is_object()) return bad("removed is not an object");
+    auto hashes = rm->find("block_hashes");
+    if (hashes == rm->end() || !hashes->is_array())
+      return bad("removed.block_hashes missing or not an array");
+    e.block_hashes.reserve(hashes->size());
+    for (const json& h : *hashes) {
+      if (!h.is_number_unsigned()) return bad("removed.block_hashes[] is not unsigned");
+      e.block_hashes.push_back(h.get<uint64_t>());
+    }
+    return e;
+  }
+  return bad("event.data is neither stored, removed nor cleared");
+}
+
+Result<std::optional<int64_t>> parse_resync_request(std::string_view text) {
+  using nlohmann::json;
+  if (text.empty()) return std::optional<int64_t>();
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("resync request is not a JSON object");
+  auto w = j.find("worker_id");
+  if (w == j.end()) return std::optional<int64_t>();
+  if (!w->is_number_integer()) return bad("resync request worker_id is not an integer");
+  return std::optional<int64_t>(w->get<int64_t>());
+}
+
+}  // namespace kvpool::events

@@ -1,0 +1,186 @@
+// The event ring: every Stored / Removed / Cleared change of the registry, in the control
+// segment, so local tools (and the NATS forwarder, kvpool-events) tail it without asking the
+// daemon (DESIGN.md §7).
+//
+// One producer (the daemon's progress engine), any number of readers in other processes who
+// map the control segment read-only: a reader never writes anything, so the producer never
+// knows about readers and never waits for them. A reader that falls a full lap behind
+// learns it, and how many events it lost, and resynchronises from a snapshot.
+//
+// Layout, at an offset in the control segment (ControlHeader::event_ring_offset):
+//
+//   EventRingHeader   2 cache lines: constants | next_id
+//   EventSlot[capacity]   64 bytes each, capacity a power of two
+//
+// Event ids start at 1 and grow by one per record; event `id` lives in slot id & (capacity-1).
+// Each slot carries a sequence word (seqlock): 2*id+1 while the producer writes it, 2*id once
+// it is complete (stored with release after the payload). A reader loads the word (acquire),
+// copies the payload, fences (acquire) and loads the word again: if either load is not 2*id,
+// the slot was (or is being) overwritten by a later lap and the copy is discarded. next_id
+// (release, after the slots of a whole append) tells readers how far they may read, so a
+// reader sees the records of one register call (a batch) together.
+//
+// A Stored batch is one register call: every record of it carries batch_id (the event id of
+// its first record) and batch_size, and the first / last carry kEventBatchFirst / Last.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "kvpool/core/status.hpp"
+
+namespace kvpool::shm {
+
+inline constexpr uint64_t kEventRingMagic = 0x4B56504556524E47ull;    // "KVPEVRNG"
+inline constexpr uint32_t kEventRingMaxCapacity = uint32_t{1} << 24;  // 1 GiB of slots
+
+enum class EventType : uint8_t {
+  kStored = 1,   // a block became registered (one record per block)
+  kRemoved = 2,  // a registration ended (eviction)
+  kCleared = 3,  // the pool's registry was emptied
+};
+
+inline constexpr uint8_t kEventHasParent = 1;   // parent_hash is valid
+inline constexpr uint8_t kEventBatchFirst = 2;  // first record of its batch
+inline constexpr uint8_t kEventBatchLast = 4;   // last record of its batch
+
+// What one record says. Readers get a copy; the producer fills everything but the batch
+// fields, which append() writes.
+struct EventPayload {
+  uint64_t sequence_hash;  // Stored / Removed (Dynamo router: "block_hash")
+  uint64_t block_hash;     // Stored: the block-local hash (Dynamo router: "tokens_hash")
+  uint64_t parent_hash;    // Stored with kEventHasParent: the parent's sequence hash
+  uint64_t batch_id;       // event id of the first record of this record's batch
+  uint64_t time_ns;        // CLOCK_REALTIME when the batch was appended
+  uint32_t priority;       // Stored: eviction priority
+  uint32_t batch_size;     // records in this record's batch
+  uint16_t pool;           // pool index (PoolInfo order)
+  uint8_t type;            // EventType
+  uint8_t flags;           // kEventHasParent | kEventBatchFirst | kEventBatchLast
+  uint32_t reserved;
+};
+static_assert(std::is_standard_layout_v<EventPayload> &&
+              std::is_trivially_copyable_v<EventPayload>);
+static_assert(sizeof(EventPayload) == 56);
+static_assert(offsetof(EventPayload, batch_id) == 24 && offsetof(EventPayload, priority) == 40 &&
+              offsetof(EventPayload, pool) == 48 && offsetof(EventPayload, flags) == 51);
+
+struct EventSlot {
+  std::atomic<uint64_t> seq;  // 2*id+1 while written, 2*id when complete; 0 never written
+  // The payload as words, each read and written with relaxed atomic accesses: the seqlock
+  // tolerates a torn copy (it is detected and discarded), the memory model a data race not.
+  std::atomic<uint64_t> words[7];
+};
+static_assert(std::is_standard_layout_v<EventSlot>);
+static_assert(sizeof(EventSlot) == 64);
+static_assert(sizeof(EventSlot::words) == sizeof(EventPayload));
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+struct EventRingHeader {
+  uint64_t magic;       // kEventRingMagic
+  uint32_t capacity;    // slots, a power of two
+  uint32_t slot_bytes;  // sizeof(EventSlot)
+  uint64_t reserved0[6];
+  // offset 64: written by the producer only (release, after a whole append)
+  alignas(64) std::atomic<uint64_t> next_id;  // id the next record gets; starts at 1
+  uint64_t reserved1[7];
+};
+static_assert(std::is_standard_layout_v<EventRingHeader>);
+static_assert(offsetof(EventRingHeader, capacity) == 8);
+static_assert(offsetof(EventRingHeader, next_id) == 64);
+static_assert(sizeof(EventRingHeader) == 128);
+
+// A record as a reader receives it.
+struct EventRecord {
+  uint64_t event_id;
+  EventPayload payload;
+
+  EventType type() const { return static_cast<EventType>(payload.type); }
+  bool has_parent() const { return (payload.flags & kEventHasParent) != 0; }
+  bool batch_first() const { return (payload.flags & kEventBatchFirst) != 0; }
+  bool batch_last() const { return (payload.flags & kEventBatchLast) != 0; }
+};
+
+// kInvalidArgument unless capacity is a power of two in [2, kEventRingMaxCapacity].
+Status check_event_ring_capacity(uint64_t capacity);
+// Bytes a ring of `capacity` slots occupies (header + slots).
+constexpr uint64_t event_ring_bytes(uint64_t capacity) {
+  return sizeof(EventRingHeader) + capacity * sizeof(EventSlot);
+}
+
+// The producer's view (the daemon). Single-threaded: one writer at a time.
+class EventRingWriter {
+ public:
+  EventRingWriter() = default;
+  // Initialises a ring of `capacity` slots in `memory` (64-byte aligned, `bytes` long).
+  static Result<EventRingWriter> create(void* memory, size_t bytes, uint32_t capacity);
+
+  // Appends `records` as one batch (batch_id, batch_size and the first/last flags are set
+  // here) and publishes them together. Never waits. Returns the id of the first record.
+  // An empty span appends nothing and returns next_id().
+  uint64_t append(std::span<EventPayload> records);
+  uint64_t append(EventPayload record) { return append(std::span<EventPayload>(&record, 1)); }
+
+  uint64_t next_id() const { return next_id_; }
+  uint32_t capacity() const { return mask_ + 1; }
+  bool valid() const { return header_ != nullptr; }
+
+ private:
+  EventRingHeader* header_ = nullptr;
+  EventSlot* slots_ = nullptr;
+  uint32_t mask_ = 0;
+  uint64_t next_id_ = 1;  // the producer's own copy of header_->next_id
+};
+
+// A reader's view. Reads only: works on a read-only mapping. Not thread-safe (one reader
+// object per thread); any number of readers in any number of processes.
+class EventRingReader {
+ public:
+  enum class Outcome {
+    kEvent,   // *out holds the next record
+    kEmpty,   // nothing new yet
+    kLapped,  // the producer overwrote records before they were read: lost() of them
+  };
+
+  EventRingReader() = default;
+  // Validates the header (magic, capacity, size) of a ring some producer initialised.
+  static Result<EventRingReader> attach(const void* memory, size_t bytes);
+
+  // Reads the next record. On kLapped the reader has already moved past the records it
+  // lost (to the oldest one the ring still holds); lost() says how many it skipped, exactly:
+  // over a run, records returned + lost add up to the records appended.
+  Outcome next(EventRecord* out);
+  uint64_t lost() const { return lost_; }
+
+  // Id of the next record this reader will return.
+  uint64_t position() const { return position_; }
+  // Moves to `id` (clamped to what the ring can still hold on the next read).
+  void seek(uint64_t id) { position_ = id; }
+  // Skips everything published so far: only new records from here on.
+  void seek_to_end() { position_ = published(); }
+  // Id the producer's next record will get (everything below it is published).
+  uint64_t published() const { return header_->next_id.load(std::memory_order_acquire); }
+  uint32_t capacity() const { return mask_ + 1; }
+  bool valid() const { return header_ != nullptr; }
+
+  // Tests only: called between copying a slot and re-checking its sequence word, so a test
+  // can overwrite the slot exactly there and see the torn copy rejected.
+  void set_after_copy_hook_for_testing(void (*hook)(void*), void* arg) {
+    hook_ = hook;
+    hook_arg_ = arg;
+  }
+
+ private:
+  const EventRingHeader* header_ = nullptr;
+  const EventSlot* slots_ = nullptr;
+  uint32_t mask_ = 0;
+  uint64_t position_ = 1;
+  uint64_t lost_ = 0;
+  void (*hook_)(void*) = nullptr;
+  void* hook_arg_ = nullptr;
+};
+
+}  // namespace kvpool::shm

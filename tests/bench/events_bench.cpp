@@ -1,0 +1,218 @@
+// KV events end to end: blocks registered (and then evicted) through kvpoold, through its
+// event ring, kvpool-events, a real nats-server, into a router's index (kvpool-router-demo's
+// code: NatsLink + parse_router_event + RouterIndex, in this process so the clock is one).
+//   ./build/tests/events/kvpool_events_bench [--blocks N] [--chain K]
+// Prints block events per second for the stored and the removed phase; target >= 100k/s.
+// Needs nats-server (apt install nats-server); starts and stops everything itself.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/events/nats_link.hpp"
+#include "daemon/events/router_event.hpp"
+#include "daemon/events/router_index.hpp"
+#include "events_testbed.hpp"
+
+using namespace kvpool;
+using namespace kvpool::evtest;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kWorker = 1;
+
+struct Router {
+  std::mutex mu;
+  events::RouterIndex index;
+  uint64_t messages = 0;
+  uint64_t errors = 0;
+  size_t total() {
+    std::lock_guard lk(mu);
+    return index.total_blocks();
+  }
+  bool knows_worker() {
+    std::lock_guard lk(mu);
+    return index.sizes().count(kWorker) != 0;
+  }
+};
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t blocks = 200'000;
+  uint32_t chain = 64;  // blocks per register call (one stored message each)
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--blocks")) blocks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--chain")) chain = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+  }
+  if (nats_server_binary().empty()) {
+    std::fprintf(stderr,
+                 "kvpool_events_bench: nats-server is not installed (apt install nats-server)\n");
+    return 77;
+  }
+  char tmpl[] = "/tmp/kvpool-evbench-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  try {
+    NatsServer nats(dir);
+    nats.start();
+    // A tiny block layout: the bench is about the registry and its events, not block bytes.
+    auto pool_json = mptest::host_pool("g", blocks, 16);
+    pool_json["layout"] = {{"num_layers", 1}, {"outer_dim", 1},   {"page_size", 16},
+                           {"inner_dim", 1},  {"dtype_bytes", 1}, {"alignment", 16}};
+    auto config = mptest::test_config(nlohmann::json::array({pool_json}));
+    config["log_level"] = "warn";
+    config["spin_iterations"] = 20000;
+    config["event_ring_slots"] = 1u << 20;  // no laps: the figure is the steady path
+    DaemonProcess daemon(config);
+    daemon.start();
+    Subject subject{"bench", "kvpool"};
+    Router router;
+    events::NatsOptions no;
+    no.url = nats.url();
+    no.name = "kvpool-events-bench";
+    auto link = events::NatsLink::connect(no);
+    if (!link) throw HarnessError(link.status().to_string());
+    Status sub = (*link)->subscribe(events::kv_events_subject(subject.ns, subject.component),
+                                    [&router](std::string_view data) {
+                                      auto e = events::parse_router_event(data);
+                                      std::lock_guard lk(router.mu);
+                                      ++router.messages;
+                                      if (!e) {
+                                        ++router.errors;
+                                        return;
+                                      }
+                                      router.index.apply(*e);
+                                    });
+    if (!sub.is_ok()) throw HarnessError(sub.to_string());
+    wait_until([&] { return (*link)->connected(); }, 10s, "the bench's NATS connection");
+    ForwarderProcess fwd(daemon, nats.url(), subject, kWorker);
+    fwd.start();
+
+    // Subscribed before the forwarder starts: its start-up resync ("cleared") says it is up.
+    wait_until([&] { return router.knows_worker(); }, 20s, "the forwarder's first message",
+               [&] { return fwd.stderr_text(); });
+
+    ConnectOptions co;
+    co.runtime_dir = daemon.runtime_dir();
+    auto client = Client::connect(daemon.instance(), co);
+    if (!client) throw HarnessError(client.status().to_string());
+    auto pool = client->pool("g");
+    if (!pool) throw HarnessError(pool.status().to_string());
+    const uint32_t page = pool->page_size();
+
+    // `blocks` blocks as chains of `chain` blocks, one register call (one message) each.
+    std::vector<Token> tokens(page);
+    auto register_all = [&](uint32_t seed) {
+      for (uint32_t done = 0; done < blocks;) {
+        const uint32_t k = std::min(chain, blocks - done);
+        auto mb = pool->allocate_blocks(k);
+        if (!mb) throw HarnessError("allocate: " + mb.status().to_string());
+        std::optional<SequenceHash> parent;
+        for (uint32_t i = 0; i < k; ++i) {
+          for (uint32_t t = 0; t < page; ++t) tokens[t] = seed + (done + i) * 131 + t;
+          auto& b = (*mb)[i];
+          (void)b.init_sequence(0, parent);
+          (void)b.add_tokens(tokens);
+          (void)b.commit();
+          parent = *b.sequence_hash();
+        }
+        auto imm = pool->register_blocks(std::move(*mb));
+        if (!imm) throw HarnessError("register: " + imm.status().to_string());
+        done += k;
+      }
+      client->flush();
+    };
+    // Every block evicted: the whole pool allocated (in chunks), then given back.
+    std::vector<MutableBlock> hold;
+    hold.reserve(blocks);
+    auto evict_all = [&] {
+      for (uint32_t done = 0; done < blocks;) {
+        const uint32_t k = std::min<uint32_t>(4096, blocks - done);
+        auto mb = pool->allocate_blocks(k);
+        if (!mb) throw HarnessError("allocate (evict): " + mb.status().to_string());
+        for (auto& b : *mb) hold.push_back(std::move(b));
+        done += k;
+      }
+    };
+    auto router_has_all = [&] {
+      wait_until([&] { return router.total() >= blocks; }, 120s, "the router to hold every block",
+                 [&] { return std::to_string(router.total()) + " of " + std::to_string(blocks); });
+    };
+    auto router_empty = [&] {
+      wait_until([&] { return router.total() == 0; }, 120s, "the router to drop every block",
+                 [&] { return std::to_string(router.total()) + " left"; });
+    };
+    std::printf(
+        "kvpool_events_bench: %u blocks, register calls of %u blocks (one stored message each)\n",
+        blocks, chain);
+
+    // ---- live: events flow while the daemon produces them --------------------------------
+    auto t = Clock::now();
+    register_all(0);
+    const double produce_s = seconds_since(t);
+    router_has_all();
+    const double stored_s = seconds_since(t);
+    t = Clock::now();
+    evict_all();
+    const double evict_s = seconds_since(t);
+    router_empty();
+    const double removed_s = seconds_since(t);
+    hold.clear();
+    std::printf(
+        "  live stored : daemon done after %.3f s, router has all after %.3f s -> %.0f block "
+        "events/s\n",
+        produce_s, stored_s, blocks / stored_s);
+    std::printf(
+        "  live removed: daemon done after %.3f s, router empty after %.3f s -> %.0f block "
+        "events/s\n",
+        evict_s, removed_s, blocks / removed_s);
+
+    // ---- backlog: the events wait in the ring (forwarder stopped), then drain -------------
+    // This is the event path alone (ring -> kvpool-events -> NATS -> index), without the
+    // producer's own pace in the figure.
+    fwd.kill(SIGSTOP);
+    register_all(7'000'000);
+    t = Clock::now();
+    fwd.kill(SIGCONT);
+    router_has_all();
+    const double drain_stored_s = seconds_since(t);
+    fwd.kill(SIGSTOP);
+    evict_all();
+    t = Clock::now();
+    fwd.kill(SIGCONT);
+    router_empty();
+    const double drain_removed_s = seconds_since(t);
+    hold.clear();
+    const double stored_rate = blocks / drain_stored_s, removed_rate = blocks / drain_removed_s;
+    std::printf("  ring->router stored : %.3f s -> %.0f block events/s\n", drain_stored_s,
+                stored_rate);
+    std::printf("  ring->router removed: %.3f s -> %.0f block events/s\n", drain_removed_s,
+                removed_rate);
+    std::printf(
+        "  router: %llu messages, %llu parse errors; ring->router target >= 100000 block "
+        "events/s: %s\n",
+        static_cast<unsigned long long>(router.messages),
+        static_cast<unsigned long long>(router.errors),
+        stored_rate >= 100'000 && removed_rate >= 100'000 ? "met" : "NOT met");
+    fwd.stop();
+    const std::string log = fwd.stderr_text();
+    if (std::getenv("KVPOOL_BENCH_LOG")) std::printf("%s", log.c_str());
+    if (auto at = log.rfind("events "); at != std::string::npos)
+      std::printf("  kvpool-events: %s", log.substr(at).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvpool_events_bench: %s (logs in %s)\n", e.what(), dir.c_str());
+    return 1;
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}

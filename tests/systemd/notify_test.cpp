@@ -1,0 +1,223 @@
+// kvpoold speaks systemd's notify protocol the way kvpoold.service (Type=notify,
+// WatchdogSec=) needs: the real daemon runs with NOTIFY_SOCKET pointing at a datagram
+// socket this test reads.
+//
+//  - READY=1 comes only once the daemon serves: when it arrives, the socket accepts and the
+//    control segment is valid and marked ready; a daemon that fails to start never sends it.
+//  - STATUS= lines report clients and free blocks, and follow an attach.
+//  - WATCHDOG=1 arrives again and again, at least every half WATCHDOG_USEC, also while a
+//    client keeps the engine busy; without WATCHDOG_USEC it still arrives (once a second).
+//  - SIGTERM brings STOPPING=1 and a clean exit.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <thread>
+
+#include "kvpool/client.hpp"
+#include "kvpool/core/paths.hpp"
+#include "kvpool/shm/segment_layout.hpp"
+#include "support/process.hpp"
+
+namespace kvpool {
+namespace {
+
+using namespace testsupport;
+
+// What a reader of the control segment sees right now: "" when it is valid and ready,
+// else what is wrong.
+std::string control_segment_problem(const std::string& instance) {
+  std::string name = control_segment_name(instance);
+  int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return "shm_open " + name + ": " + std::strerror(errno);
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<size_t>(st.st_size) < sizeof(shm::ControlHeader)) {
+    ::close(fd);
+    return "control segment of " + std::to_string(st.st_size) + " bytes";
+  }
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return "mmap failed";
+  const auto* h = static_cast<const shm::ControlHeader*>(p);
+  std::string problem;
+  if (h->magic != shm::kControlMagic) {
+    problem = "bad magic";
+  } else if (h->state.load(std::memory_order_acquire) !=
+             static_cast<uint32_t>(shm::DaemonState::kReady)) {
+    problem = "state " + std::to_string(h->state.load()) + ", not ready";
+  } else if (h->layout_major != shm::kLayoutMajor ||
+             h->header_bytes != sizeof(shm::ControlHeader)) {
+    problem = "layout " + std::to_string(h->layout_major) + " / header " +
+              std::to_string(h->header_bytes);
+  } else if (h->num_pools == 0 || h->total_bytes != static_cast<uint64_t>(st.st_size)) {
+    problem = "pools " + std::to_string(h->num_pools) + ", total_bytes " +
+              std::to_string(h->total_bytes) + " of " + std::to_string(st.st_size);
+  }
+  ::munmap(p, static_cast<size_t>(st.st_size));
+  return problem;
+}
+
+// The times of the next `count` WATCHDOG=1 pings (other notifications are kept too).
+std::vector<Clock::time_point> collect_pings(Daemon& d, size_t count,
+                                             std::chrono::milliseconds timeout) {
+  std::vector<Clock::time_point> pings;
+  auto deadline = Clock::now() + timeout;
+  while (pings.size() < count) {
+    auto m = d.notify->receive(deadline);
+    if (!m)
+      throw TestError("only " + std::to_string(pings.size()) + " of " + std::to_string(count) +
+                      " WATCHDOG=1 pings within " + std::to_string(timeout.count()) +
+                      " ms; log:\n" + d.log());
+    d.messages.push_back(*m);
+    if (*m == "WATCHDOG=1") pings.push_back(Clock::now());
+  }
+  return pings;
+}
+
+double max_gap_ms(Clock::time_point start, const std::vector<Clock::time_point>& pings) {
+  double worst = 0;
+  Clock::time_point prev = start;
+  for (auto t : pings) {
+    worst = std::max(worst, std::chrono::duration<double, std::milli>(t - prev).count());
+    prev = t;
+  }
+  return worst;
+}
+
+TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
+  TempDir dir("kvpool-notify");
+  Daemon d;
+  d.instance = unique_instance("ntf");
+  d.runtime_dir = dir.path();
+  d.log_path = dir.path() + "/kvpoold.log";
+  d.notify = std::make_unique<NotifySocket>(dir.path() + "/notify");
+  // WatchdogSec=4s as systemd passes it: to this very process. (kvpoold pings every 1 s;
+  // the 2 s bound leaves a second of slack for a loaded test machine.)
+  d.child = std::make_unique<Child>(
+      std::vector<std::string>{KVPOOLD_PATH, "--instance", d.instance, "--runtime-dir", dir.path()},
+      std::vector<std::string>{"NOTIFY_SOCKET=" + d.notify->path(), "WATCHDOG_USEC=4000000",
+                               "WATCHDOG_PID=$PID"},
+      d.log_path);
+
+  // Everything before READY=1, then READY=1 itself: at that moment the daemon must serve.
+  std::vector<std::string> before_ready;
+  auto deadline = Clock::now() + 20s;
+  Clock::time_point ready_at;
+  while (true) {
+    auto m = d.notify->receive(deadline);
+    ASSERT_TRUE(m) << "no READY=1 within 20 s; log:\n" << d.log();
+    if (*m == "READY=1") {
+      ready_at = Clock::now();
+      EXPECT_TRUE(socket_connectable(d.socket_path()))
+          << "READY=1 sent before " << d.socket_path() << " accepts";
+      EXPECT_EQ(control_segment_problem(d.instance), "")
+          << "READY=1 sent before the control segment was valid";
+      break;
+    }
+    before_ready.push_back(*m);
+  }
+  for (const auto& m : before_ready) EXPECT_EQ(m.find("READY"), std::string::npos) << m;
+
+  // The first ping follows READY=1 within half WATCHDOG_USEC.
+  {
+    auto first = collect_pings(d, 1, 5s);
+    EXPECT_LE(max_gap_ms(ready_at, first), 2000.0) << "first WATCHDOG=1 too late";
+  }
+
+  // The first STATUS= line: clients and free blocks of the default pool.
+  std::string status = d.await("STATUS=", 5s);
+  EXPECT_NE(status.find("clients 0"), std::string::npos) << status;
+  EXPECT_NE(status.find("free 1024"), std::string::npos) << status;
+
+  // Pings at least every half WATCHDOG_USEC (2 s) while a client keeps the engine busy.
+  ConnectOptions opts;
+  opts.runtime_dir = dir.path();
+  auto client = Client::connect(d.instance, opts);
+  ASSERT_TRUE(client) << client.status().to_string();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ops{0};
+  std::thread load([&] {
+    auto pool = client->pool("g2");
+    while (!stop.load(std::memory_order_relaxed) && pool) {
+      auto blocks = pool->allocate_blocks(8);  // returned when `blocks` goes
+      if (!blocks) break;
+      ops.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  std::vector<Clock::time_point> pings;
+  const Clock::time_point collect_from = Clock::now();
+  try {
+    pings = collect_pings(d, 4, 15s);
+  } catch (...) {
+    stop = true;
+    load.join();
+    throw;
+  }
+  stop = true;
+  load.join();
+  EXPECT_GT(ops.load(), 0u) << "the load thread never got an allocation through";
+  EXPECT_LE(max_gap_ms(collect_from, pings), 2000.0)
+      << "a WATCHDOG=1 gap exceeded half of WATCHDOG_USEC=4s";
+
+  // An attached client shows in the status line.
+  status = d.await("STATUS=clients 1", 5s);
+  EXPECT_NE(status.find("free"), std::string::npos) << status;
+
+  // SIGTERM: STOPPING=1, then exit 0 (the client sees DaemonGone, it does not block it).
+  d.child->signal(SIGTERM);
+  d.await("STOPPING=1", 10s);
+  auto st = d.child->wait_exit(10s);
+  ASSERT_TRUE(st) << "kvpoold did not exit after STOPPING=1; log:\n" << d.log();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << "wait status " << *st << "\n" << d.log();
+}
+
+TEST(SystemdNotify, WatchdogPingsWithoutWatchdogUsec) {
+  TempDir dir("kvpool-notify");
+  auto d = start_daemon(KVPOOLD_PATH, dir.path(), unique_instance("ntf"));
+  auto start = Clock::now();
+  auto pings = collect_pings(*d, 3, 8s);
+  // Once a second when systemd set no interval (a little slack for a loaded machine).
+  EXPECT_LE(max_gap_ms(start, pings), 2000.0);
+  int st = d->stop();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << d->log();
+  bool stopping = false;
+  for (auto& m : d->messages) stopping |= m == "STOPPING=1";
+  // STOPPING=1 may still be queued on the socket after the exit.
+  if (!stopping) d->await("STOPPING=1", 2s);
+}
+
+TEST(SystemdNotify, FailedStartNeverSendsReady) {
+  TempDir dir("kvpool-notify");
+  const std::string instance = unique_instance("ntf");
+  auto first = start_daemon(KVPOOLD_PATH, dir.path(), instance);
+
+  // A second daemon for the same instance must refuse, say why in STATUS=, and never claim
+  // READY=1.
+  NotifySocket notify(dir.path() + "/notify.second");
+  const std::string log = dir.path() + "/second.log";
+  Child second({KVPOOLD_PATH, "--instance", instance, "--runtime-dir", dir.path()},
+               {"NOTIFY_SOCKET=" + notify.path()}, log);
+  auto st = second.wait_exit(20s);
+  ASSERT_TRUE(st) << "the second kvpoold did not give up; log:\n" << read_file(log);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) != 0) << read_file(log);
+  std::vector<std::string> got;
+  while (auto m = notify.receive(Clock::now() + 200ms)) got.push_back(*m);
+  bool failed_status = false;
+  for (const auto& m : got) {
+    EXPECT_EQ(m.find("READY=1"), std::string::npos) << "a daemon that failed sent " << m;
+    failed_status |= m.rfind("STATUS=failed", 0) == 0 && m.find("already") != std::string::npos;
+  }
+  EXPECT_TRUE(failed_status) << "no STATUS=failed naming the running daemon; log:\n"
+                             << read_file(log);
+  // The first one is untouched by the attempt.
+  EXPECT_TRUE(socket_connectable(first->socket_path()));
+  EXPECT_EQ(control_segment_problem(instance), "");
+  int fst = first->stop();
+  EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << first->log();
+}
+
+}  // namespace
+}  // namespace kvpool
