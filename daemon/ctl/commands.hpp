@@ -38,5 +38,7 @@ void add_pools_command(CLI::App& app);
 void add_metrics_command(CLI::App& app);
 // kvpoolctl check [--instance NAME] [--runtime-dir DIR] [--json]   (exit 1 on a violation)
 void add_check_command(CLI::App& app);
+// kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow] [--new]
+void add_events_command(CLI::App& app);
 
 }  // namespace kvpool

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kvpool::add_pools_command(app);
   kvpool::add_metrics_command(app);
   kvpool::add_check_command(app);
+  kvpool::add_events_command(app);
 
   try {
     app.parse(argc, argv);

@@ -7,13 +7,17 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <poll.h>
 
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kvpool/client.hpp"
@@ -408,6 +412,125 @@ TEST_F(KvpoolctlTest, StatusStillWorks) {
   EXPECT_EQ(j["pools"].size(), 2u);
 }
 
+// ---- events: the event ring, as it is and as it grows ------------------------------------
+
+// A command whose stdout is read line by line while it runs (kvpoolctl events --follow).
+class Tail {
+ public:
+  explicit Tail(const std::vector<std::string>& argv) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw TestError("pipe failed");
+    pid_ = ::fork();
+    if (pid_ < 0) throw TestError("fork failed");
+    if (pid_ == 0) {
+      ::dup2(p[1], 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(p[1]);
+    fd_ = p[0];
+  }
+  ~Tail() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    ::close(fd_);
+  }
+  // The next line, or nullopt at the deadline or at EOF.
+  std::optional<std::string> line(std::chrono::milliseconds timeout = 10s) {
+    auto deadline = Clock::now() + timeout;
+    while (true) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string l = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return l;
+      }
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, ms_left(deadline)) != 1) return std::nullopt;
+      char b[4096];
+      ssize_t n = ::read(fd_, b, sizeof(b));
+      if (n <= 0) return std::nullopt;
+      buf_.append(b, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+TEST_F(KvpoolctlTest, EventsPrintsTheStoredBatchOfARegisterCall) {
+  auto held = attach_and_hold();
+  const SequenceHash h0 = held->registered[0].sequence_hash();
+  const SequenceHash h1 = held->registered[1].sequence_hash();
+
+  RunResult r = ctl_on("events", {"--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<json> events;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) events.push_back(json::parse(line));
+  ASSERT_EQ(events.size(), 2u) << r.out;
+  EXPECT_EQ(events[0]["event_id"], 1);
+  EXPECT_EQ(events[1]["event_id"], 2);
+  for (const json& e : events) {
+    EXPECT_EQ(e["type"], "stored");
+    EXPECT_EQ(e["pool"], "g2");
+    EXPECT_EQ(e["batch_id"], 1);
+    EXPECT_EQ(e["batch_size"], 2);
+  }
+  EXPECT_EQ(events[0]["sequence_hash"].get<uint64_t>(), h0);
+  EXPECT_TRUE(events[0]["parent_hash"].is_null());
+  EXPECT_EQ(events[1]["sequence_hash"].get<uint64_t>(), h1);
+  EXPECT_EQ(events[1]["parent_hash"].get<uint64_t>(), h0);
+  EXPECT_NE(events[1]["block_hash"].get<uint64_t>(), events[0]["block_hash"].get<uint64_t>());
+
+  r = ctl_on("events");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(count_lines(r.out), 2u) << r.out;
+  EXPECT_NE(r.out.find("1 stored  pool=g2 seq=" + std::to_string(h0) + " "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("parent=" + std::to_string(h0)), std::string::npos) << r.out;
+}
+
+TEST_F(KvpoolctlTest, EventsFollowShowsStoredThenRemovedAsTheyHappen) {
+  std::vector<std::string> argv{KVPOOLCTL_PATH, "events", "--follow", "--json"};
+  for (auto& a : target()) argv.push_back(a);
+  Tail tail(argv);
+  auto held = attach_and_hold();
+  std::vector<SequenceHash> stored;
+  for (int i = 0; i < 2; ++i) {
+    auto l = tail.line();
+    ASSERT_TRUE(l) << "no stored event " << i;
+    json e = json::parse(*l);
+    ASSERT_EQ(e["type"], "stored") << *l;
+    stored.push_back(e["sequence_hash"].get<uint64_t>());
+  }
+  EXPECT_EQ(stored[0], held->registered[0].sequence_hash());
+  EXPECT_EQ(stored[1], held->registered[1].sequence_hash());
+
+  // Drop every block; allocating the whole pool evicts the two registered ones.
+  held->registered.clear();
+  held->matched.clear();
+  held->mutable_blocks.clear();
+  auto g2 = held->client.pool("g2");
+  ASSERT_TRUE(g2);
+  auto all = g2->allocate_blocks(g2_layout().num_blocks);
+  ASSERT_TRUE(all) << all.status().to_string();
+  std::set<SequenceHash> removed;
+  for (int i = 0; i < 2; ++i) {
+    auto l = tail.line();
+    ASSERT_TRUE(l) << "no removed event " << i;
+    json e = json::parse(*l);
+    ASSERT_EQ(e["type"], "removed") << *l;
+    EXPECT_EQ(e["pool"], "g2");
+    removed.insert(e["sequence_hash"].get<uint64_t>());
+  }
+  EXPECT_EQ(removed, (std::set<SequenceHash>{stored[0], stored[1]}));
+}
+
 // A broken invariant is reported: exit 1, one line naming it (and ok=false in --json).
 TEST(KvpoolctlCheck, ReportsACorruptedArena) {
   TempDir dir("kvpool-ctl");
@@ -466,7 +589,7 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
 // No daemon, or a bad option: exit 1 and one line saying so, for every subcommand.
 TEST(KvpoolctlErrors, OneClearLine) {
   TempDir dir("kvpool-ctl");
-  for (const char* cmd : {"status", "clients", "pools", "metrics", "check"}) {
+  for (const char* cmd : {"status", "clients", "pools", "metrics", "check", "events"}) {
     for (bool as_json : {false, true}) {
       std::vector<std::string> args{cmd, "--instance", "nobody-home", "--runtime-dir", dir.path()};
       if (as_json) args.push_back("--json");

@@ -13,15 +13,12 @@
 #include <random>
 #include <thread>
 
+#include "client_helpers.hpp"
 #include "harness.hpp"
 #include "kvpool/client.hpp"
 
 namespace kvpool::mptest {
 namespace {
-
-using pool::BlockRef;
-using pool::BlockStateCode;
-using proto::Opcode;
 
 // Dynamo's reference vectors (salt 1337, page size 4).
 constexpr SequenceHash kSeq1 = 14643705804678351452ull;     // [1,2,3,4]
@@ -29,107 +26,6 @@ constexpr SequenceHash kSeq12 = 4945711292740353085ull;     // [1..4],[5..8]
 constexpr SequenceHash kSeq123 = 12583592247330656132ull;   // [1..4],[5..8],[9..12]
 constexpr BlockHash kBlock5678 = 16777012769546811212ull;   // block hash of [5..8]
 constexpr BlockHash kBlock9101112 = 483935686894639516ull;  // block hash of [9..12]
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
-Client connect_client(const DaemonProcess& d) {
-  ConnectOptions o;
-  o.runtime_dir = d.runtime_dir();
-  o.connect_timeout = 10s;
-  o.spin_iterations = 200;
-  auto c = Client::connect(d.instance(), o);
-  if (!c) throw HarnessError("cannot connect to kvpoold: " + c.status().to_string());
-  return std::move(c.value());
-}
-
-Pool pool_of(Client& c, const std::string& name = "g") {
-  auto p = c.pool(name);
-  if (!p) throw HarnessError(p.status().to_string());
-  return p.value();
-}
-
-std::unique_ptr<detail::Connection> open_connection(const DaemonProcess& d) {
-  auto c = detail::Connection::open(d.instance(), d.connection_options());
-  if (!c) throw HarnessError("cannot open a connection: " + c.status().to_string());
-  return std::move(c.value());
-}
-
-// Wanted pool counts; -1: any.
-struct Want {
-  int64_t free = -1, mut = -1, active = -1, inactive = -1;
-};
-
-bool counts_match(const pool::PoolCounts& c, const Want& w) {
-  return (w.free < 0 || c.free == w.free) && (w.mut < 0 || c.mutable_blocks == w.mut) &&
-         (w.active < 0 || c.active == w.active) && (w.inactive < 0 || c.inactive == w.inactive);
-}
-
-void wait_counts(const DaemonView& v, const Want& w, std::chrono::milliseconds timeout = 10s,
-                 uint32_t pool = 0) {
-  wait_until([&] { return counts_match(v.counts(pool), w); }, timeout,
-             "pool counts free " + std::to_string(w.free) + " mutable " + std::to_string(w.mut) +
-                 " active " + std::to_string(w.active) + " inactive " + std::to_string(w.inactive) +
-                 " (-1: any)",
-             [&] { return v.describe(); });
-}
-
-void expect_counts_add_up(const DaemonView& v, uint32_t pool = 0) {
-  auto c = v.counts(pool);
-  EXPECT_EQ(c.free + c.mutable_blocks + c.active + c.inactive, c.total) << v.describe();
-}
-
-// The pool core's own structural check, on a quiet daemon. The snapshot is read while the
-// daemon may still be finishing an update, so a failure is retried until the deadline.
-void expect_invariants(const DaemonView& v, uint32_t pool = 0) {
-  Status last;
-  try {
-    wait_until(
-        [&] {
-          last = v.pool(pool).check_invariants();
-          return last.is_ok();
-        },
-        5s, "the pool invariants to hold");
-  } catch (const HarnessError& e) {
-    ADD_FAILURE() << e.what() << ": " << last.to_string() << "; " << v.describe();
-  }
-}
-
-uint8_t state_of(const DaemonView& v, uint32_t id) { return v.pool().block(id).state; }
-constexpr uint8_t code(BlockStateCode s) { return static_cast<uint8_t>(s); }
-
-uint64_t stat_of(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
-
-// The state letter of /proc/<pid>/stat (or /proc/self/task/<tid>/stat): R, S, T, Z, ...
-char proc_state(const std::string& stat_path) {
-  std::ifstream f(stat_path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto p = s.rfind(')');
-  return p == std::string::npos || p + 2 >= s.size() ? '?' : s[p + 2];
-}
-
-// A request record with any opcode and bytes, put on the ring as is; returns the answer
-// the daemon sends for `correlation_id`.
-detail::Response raw_call(detail::Connection& c, uint32_t type, uint64_t correlation_id,
-                          uint32_t pool, uint32_t count, const void* items, size_t item_bytes) {
-  std::vector<std::byte> rec(sizeof(proto::RequestHeader) + item_bytes);
-  proto::RequestHeader h{correlation_id, pool, count};
-  std::memcpy(rec.data(), &h, sizeof(h));
-  if (item_bytes) std::memcpy(rec.data() + sizeof(h), items, item_bytes);
-  Status st = c.send_raw(type, rec.data(), static_cast<uint32_t>(rec.size()));
-  if (!st.is_ok()) throw HarnessError("send_raw: " + st.to_string());
-  auto r = c.wait(correlation_id);
-  if (!r) throw HarnessError("no answer to a raw record: " + r.status().to_string());
-  return r.value();
-}
-
-detail::Response must_call(detail::Connection& c, Opcode op, uint32_t pool, uint32_t count,
-                           const void* items, size_t bytes) {
-  auto r = c.call(op, pool, count, items, bytes);
-  if (!r) throw HarnessError("call failed: " + r.status().to_string());
-  return r.value();
-}
 
 // A committed block for `tokens` (no parent), ready to register.
 MutableBlock committed(Pool& p, std::vector<Token> tokens, Salt salt = 1337) {

@@ -20,14 +20,17 @@
 //       allocate / fill / register / match / release as fast as it can, forever, keeping a
 //       few blocks across iterations; prints "WORKING" once it has done some of each. Exits
 //       3 when the daemon is gone, 4 on an error that should never happen.
+// Global options: --as-gid G --as-uid U drop to that group / user before attaching.
 // Then (all but busy) it serves commands on stdin until "exit" or EOF:
 //   ping     -> "OK us=<t>" | "ERR <Code> us=<t> <message>"  (t: the call's duration)
 //   verify   -> "OK regions=<r>" | "ERR ..."   (the pattern of every block it holds)
 //   release  -> drops every block it holds, flushes the releases -> "OK"
 //   exit     -> exits 0 after a clean detach
+#include <grp.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -320,6 +323,16 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads) {
 
 int main(int argc, char** argv) {
   Args a = parse_args(argc, argv);
+  // --as-gid G / --as-uid U: attach as another user (the test runs as root), to show that
+  // the daemon's allowed_uids / allowed_gids refuse it.
+  if (auto g = a.get("as-gid"); !g.empty()) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(std::stoul(g))) != 0)
+      die(Status(ErrorCode::kPermissionDenied, "cannot become gid " + g + ": " + std::strerror(errno)));
+  }
+  if (auto u = a.get("as-uid"); !u.empty()) {
+    if (::setuid(static_cast<uid_t>(std::stoul(u))) != 0)
+      die(Status(ErrorCode::kPermissionDenied, "cannot become uid " + u + ": " + std::strerror(errno)));
+  }
   ConnectOptions opts;
   opts.runtime_dir = a.runtime_dir;
   opts.connect_timeout = std::chrono::milliseconds(10000);

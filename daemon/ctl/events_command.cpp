@@ -1,0 +1,159 @@
+// kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow]
+// Tails the daemon's event ring (DESIGN.md §7): what the ring still holds, then (--follow)
+// every new Stored / Removed / Cleared record as it is appended, until the daemon stops or
+// the user interrupts. A reader never writes the ring, so tailing costs the daemon nothing;
+// one that falls a lap behind says how many records it lost and goes on.
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "commands.hpp"
+#include "control_view.hpp"
+#include "kvpool/shm/event_ring.hpp"
+
+namespace kvpool {
+namespace {
+
+struct EventsOptions : ctl::ViewOptions {
+  bool follow = false;
+  bool new_only = false;
+};
+
+const char* type_name(shm::EventType t) {
+  switch (t) {
+    case shm::EventType::kStored: return "stored";
+    case shm::EventType::kRemoved: return "removed";
+    case shm::EventType::kCleared: return "cleared";
+  }
+  return "unknown";
+}
+
+std::string pool_name(const ctl::ControlView& v, uint32_t index) {
+  return index < v.pools.size() ? v.pools[index].name() : "#" + std::to_string(index);
+}
+
+void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json) {
+  const shm::EventPayload& p = r.payload;
+  const std::string pool = pool_name(v, p.pool);
+  if (json) {
+    nlohmann::json j{{"event_id", r.event_id},
+                     {"type", type_name(r.type())},
+                     {"pool", pool},
+                     {"time_ns", p.time_ns}};
+    if (r.type() != shm::EventType::kCleared) j["sequence_hash"] = p.sequence_hash;
+    if (r.type() == shm::EventType::kStored) {
+      j["block_hash"] = p.block_hash;
+      j["parent_hash"] = r.has_parent() ? nlohmann::json(p.parent_hash) : nlohmann::json(nullptr);
+      j["priority"] = p.priority;
+      j["batch_id"] = p.batch_id;
+      j["batch_size"] = p.batch_size;
+    }
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  char line[256];
+  switch (r.type()) {
+    case shm::EventType::kStored:
+      if (r.has_parent())
+        std::snprintf(line, sizeof(line),
+                      "%" PRIu64 " stored  pool=%s seq=%" PRIu64 " block=%" PRIu64 " parent=%" PRIu64
+                      " priority=%u",
+                      r.event_id, pool.c_str(), p.sequence_hash, p.block_hash, p.parent_hash,
+                      p.priority);
+      else
+        std::snprintf(line, sizeof(line),
+                      "%" PRIu64 " stored  pool=%s seq=%" PRIu64 " block=%" PRIu64
+                      " parent=- priority=%u",
+                      r.event_id, pool.c_str(), p.sequence_hash, p.block_hash, p.priority);
+      break;
+    case shm::EventType::kRemoved:
+      std::snprintf(line, sizeof(line), "%" PRIu64 " removed pool=%s seq=%" PRIu64, r.event_id,
+                    pool.c_str(), p.sequence_hash);
+      break;
+    default:
+      std::snprintf(line, sizeof(line), "%" PRIu64 " %s pool=%s", r.event_id,
+                    type_name(r.type()), pool.c_str());
+  }
+  std::cout << line << "\n";
+}
+
+void print_lost(uint64_t lost, bool json) {
+  if (json)
+    std::cout << nlohmann::json{{"lost", lost}}.dump() << "\n";
+  else
+    std::cout << "lost " << lost << " events: the ring lapped this reader\n";
+}
+
+bool daemon_alive(const ctl::ControlView& v) {
+  if (v.header->state.load(std::memory_order_acquire) !=
+      static_cast<uint32_t>(shm::DaemonState::kReady))
+    return false;
+  // EPERM: alive, run by another user (the unit's kvpool user).
+  return ::kill(static_cast<pid_t>(v.header->daemon_pid), 0) == 0 || errno == EPERM;
+}
+
+void run_events(const EventsOptions& o) {
+  ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
+  const shm::ControlHeader& h = *v.header;
+  if (h.event_ring_offset == 0 || h.event_ring_bytes == 0)
+    throw CommandError("kvpoold of instance '" + o.instance +
+                       "' keeps no event ring (\"event_ring_slots\": 0 in its config)");
+  if (h.event_ring_offset + h.event_ring_bytes > v.segment.size())
+    throw CommandError("the event ring lies outside the control segment (a corrupt header)");
+  auto reader = shm::EventRingReader::attach(v.segment.as<const char>() + h.event_ring_offset,
+                                             h.event_ring_bytes);
+  if (!reader) throw CommandError(reader.status());
+  shm::EventRingReader& ring = reader.value();
+  if (o.new_only) ring.seek_to_end();
+
+  // Without --follow: everything published when we started, then exit. The reader starts at
+  // id 1; a ring that has wrapped since reports the records it no longer holds as lost.
+  const uint64_t stop_at = ring.published();
+  auto idle_pause = std::chrono::milliseconds(1);
+  while (true) {
+    shm::EventRecord r;
+    switch (ring.next(&r)) {
+      case shm::EventRingReader::Outcome::kEvent:
+        print_event(v, r, o.json);
+        idle_pause = std::chrono::milliseconds(1);
+        continue;
+      case shm::EventRingReader::Outcome::kLapped:
+        print_lost(ring.lost(), o.json);
+        continue;
+      case shm::EventRingReader::Outcome::kEmpty:
+        break;
+    }
+    if (!o.follow && ring.position() >= stop_at) break;
+    std::cout.flush();
+    if (!daemon_alive(v)) {
+      if (!o.follow) break;
+      throw CommandError("kvpoold of instance '" + o.instance + "' stopped");
+    }
+    // A tail, not a consumer the daemon knows about: poll, backing off to 50 ms when idle.
+    std::this_thread::sleep_for(idle_pause);
+    idle_pause = std::min(idle_pause * 2, std::chrono::milliseconds(50));
+  }
+  std::cout.flush();
+}
+
+}  // namespace
+
+void add_events_command(CLI::App& app) {
+  auto options = std::make_shared<EventsOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "events", "Print the registry events the daemon's ring holds (stored / removed / cleared)");
+  ctl::add_view_options(cmd, *options);
+  cmd->add_flag("-f,--follow", options->follow,
+                "Keep printing new events as they come, until the daemon stops (or Ctrl-C)");
+  cmd->add_flag("--new", options->new_only, "Skip what the ring holds now: only new events");
+  cmd->callback([options] { run_events(*options); });
+}
+
+}  // namespace kvpool
