@@ -58,7 +58,9 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
     // A caller bug, not a client's: refuse to run a request whose answer cannot be written.
     return {ErrorCode::kInternal, 0};
   }
-  auto* refs_out = reinterpret_cast<pool::BlockRef*>(answer.data() + kHeaderBytes);
+  // Releases carry no answer: then there is no buffer (and offsetting null is UB).
+  auto* refs_out =
+      answer.empty() ? nullptr : reinterpret_cast<pool::BlockRef*>(answer.data() + kHeaderBytes);
   uint32_t count_out = 0;
 
   if (len < sizeof(rq)) {

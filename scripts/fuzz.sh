@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kvpool's libFuzzer targets with clang-14 (ASan + UBSan) in a build folder of their
-# own and runs each for a bounded time on a copy of its seed corpus, all at once.
+# Builds kvpool's libFuzzer targets with clang-14 (ASan + UBSan) in the asan preset's build
+# folder (the one scripts/test.sh runs the sanitized tests from, so CI compiles once) and runs
+# each for a bounded time on a copy of its seed corpus, all at once.
 #   scripts/fuzz.sh [target...]        targets: dispatch config (default: both)
 # Env: FUZZ_SECONDS (default 60) per target, FUZZ_BUILD_DIR (default build-fuzz),
 #      FUZZ_JOBS (parallel build jobs, default nproc).
@@ -11,17 +12,15 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 JOBS=${FUZZ_JOBS:-$(nproc)}
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(dispatch config)
 BINS=()
 for t in "${TARGETS[@]}"; do BINS+=("kvpool_${t}_fuzz"); done
 
-cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DKVPOOL_BUILD_FUZZ=ON -DKVPOOL_BUILD_TESTS=OFF -DKVPOOL_BUILD_BENCH=OFF \
-  -DKVPOOL_WITH_CUDA=OFF >/dev/null
+# CMakePresets.json "asan": clang-14, ASan+UBSan, KVPOOL_BUILD_FUZZ=ON, CUDA off.
+cmake --preset asan -B "$FUZZ_BUILD_DIR" >/dev/null
 cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target "${BINS[@]}"
 
 ARTIFACTS="$FUZZ_BUILD_DIR/artifacts"

@@ -2,9 +2,9 @@
 # Builds everything and runs every test: `scripts/test.sh`
 # Installs what it needs first (scripts/bootstrap.sh). BUILD_DIR overrides the build folder.
 # Under CI=true, or with SANITIZERS=1, it then also runs the unit and multi-process tests
-# under ASan+UBSan and under TSan (CMakePresets.json: asan, tsan; ASAN_BUILD_DIR and
-# TSAN_BUILD_DIR override their folders) and the fuzzers (scripts/fuzz.sh, FUZZ_SECONDS
-# each, 60 by default; FUZZ_BUILD_DIR). A plain local run stays as quick as before.
+# under ASan+UBSan (clang-14) and under TSan (gcc) (CMakePresets.json: asan, tsan;
+# ASAN_BUILD_DIR and TSAN_BUILD_DIR override their folders) and the fuzzers from the asan
+# build (scripts/fuzz.sh, FUZZ_SECONDS each, 60 by default). A plain local run stays quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -29,9 +29,10 @@ UBSAN_BASE=print_stacktrace=1:halt_on_error=1
 TSAN_BASE="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 sanitized() {
   local preset=$1 dir=$2
+  shift 2
   echo "== $preset: unit + multiproc tests ($dir)"
   cmake --preset "$preset" -B "$dir" >/dev/null
-  cmake --build "$dir" -j "$JOBS" --target kvpool_unit_tests kvpool_multiproc_tests
+  cmake --build "$dir" -j "$JOBS" --target kvpool_unit_tests kvpool_multiproc_tests "$@"
   local logs
   logs="$(cd "$dir" && pwd)/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
@@ -46,8 +47,10 @@ sanitized() {
   fi
   return $rc
 }
-sanitized asan "${ASAN_BUILD_DIR:-build-asan}"
+ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
+# The asan build also makes the fuzz targets (same instrumentation): fuzz.sh reuses it.
+sanitized asan "$ASAN_DIR" kvpool_dispatch_fuzz kvpool_config_fuzz
 sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
 
 echo "== fuzz"
-FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
+FUZZ_BUILD_DIR="$ASAN_DIR" FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
