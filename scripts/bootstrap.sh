@@ -10,6 +10,7 @@ PACKAGES=(
   libnats-dev nats-server redis-server libhiredis-dev
   clang-14 libclang-rt-14-dev
   procps util-linux
+  python3-dev pybind11-dev python3-numpy python3-pytest
 )
 
 missing=()

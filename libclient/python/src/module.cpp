@@ -1,0 +1,193 @@
+// kvpool._kvpool: Python bindings of libkvpool (see libclient/python/README.md). Every call
+// that waits for kvpoold runs with the GIL released.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "blocks.hpp"
+#include "errors.hpp"
+#include "int_sequence.hpp"
+#include "kvpool/client.hpp"
+#include "kvpool/core/token_block.hpp"
+
+namespace py = pybind11;
+
+namespace kvpool::python {
+namespace {
+
+// Runs f (a call that waits for kvpoold) with the GIL released.
+template <typename F>
+auto without_gil(F&& f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
+class PoolObject {
+ public:
+  explicit PoolObject(Pool pool) : pool_(std::move(pool)), meta_(PoolMeta::of(pool_)) {}
+
+  py::list allocate_blocks(uint32_t count) {
+    auto r = without_gil([&] { return pool_.allocate_blocks(count); });
+    auto blocks = check(std::move(r));
+    py::list out(blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i)
+      out[i] = py::cast(MutableBlockObject(std::move(blocks[i]), meta_));
+    return out;
+  }
+
+  ImmutableBlocksObject register_blocks(const py::iterable& blocks) {
+    // Check every block first, so a bad one leaves all of them with the caller.
+    std::vector<py::object> owners;  // keeps what a generator yields alive
+    std::vector<MutableBlockObject*> objs;
+    for (py::handle h : blocks) {
+      owners.push_back(py::reinterpret_borrow<py::object>(h));
+      auto* o = h.cast<MutableBlockObject*>();
+      o->check_takeable();
+      for (auto* seen : objs)
+        if (seen == o)
+          throw StatusError(
+              Status(ErrorCode::kInvalidArgument, "block " + std::to_string(o->get().block_id()) +
+                                                      " appears twice in register_blocks"));
+      objs.push_back(o);
+    }
+    std::vector<MutableBlock> handles;
+    handles.reserve(objs.size());
+    for (auto* o : objs) handles.push_back(o->take());
+    auto r = without_gil([&] { return pool_.register_blocks(std::move(handles)); });
+    return ImmutableBlocksObject(check(std::move(r)), meta_);
+  }
+
+  ImmutableBlocksObject match_sequence_hashes(py::handle hashes) {
+    auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
+    auto r = without_gil([&] { return pool_.match_sequence_hashes(h); });
+    return ImmutableBlocksObject(check(std::move(r)), meta_);
+  }
+
+  int cuda_device() const {
+    auto r = without_gil([&] { return pool_.cuda_device(); });
+    return check(std::move(r));
+  }
+
+  const Pool& pool() const { return pool_; }
+  const PoolMeta& meta() const { return *meta_; }
+
+ private:
+  Pool pool_;
+  std::shared_ptr<const PoolMeta> meta_;
+};
+
+Client connect(const std::string& instance, const std::string& runtime_dir, double connect_timeout,
+               uint32_t spin_iterations, bool pin_host_pools) {
+  if (!(connect_timeout >= 0) || !std::isfinite(connect_timeout))
+    throw StatusError(
+        Status(ErrorCode::kInvalidArgument, "connect_timeout must be finite and >= 0 seconds"));
+  ConnectOptions o;
+  o.runtime_dir = runtime_dir;
+  o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout * 1000.0));
+  o.spin_iterations = spin_iterations;
+  o.pin_host_pools = pin_host_pools;
+  auto r = without_gil([&] { return Client::connect(instance, o); });
+  return check(std::move(r));
+}
+
+py::tuple hash_tokens(py::handle tokens, uint32_t page_size, uint64_t salt) {
+  auto t = to_unsigned_vector<Token>(tokens, "tokens");
+  auto seq = check(TokenBlockSequence::create(t, page_size, salt));
+  std::vector<BlockHash> block_hashes;
+  block_hashes.reserve(seq.blocks().size());
+  for (const auto& b : seq.blocks()) block_hashes.push_back(b.block_hash);
+  return py::make_tuple(py::cast(block_hashes), py::cast(seq.sequence_hashes()));
+}
+
+py::dict layout_dict(const PoolMeta& m) {
+  const LayoutConfig& c = m.config;
+  py::dict d;
+  d["kind"] = std::string(layout_kind_name(c.kind));
+  d["num_blocks"] = c.num_blocks;
+  d["num_layers"] = c.num_layers;
+  d["outer_dim"] = c.outer_dim;
+  d["page_size"] = c.page_size;
+  d["inner_dim"] = c.inner_dim;
+  d["dtype_bytes"] = c.dtype_bytes;
+  d["alignment"] = c.alignment;
+  return d;
+}
+
+}  // namespace
+}  // namespace kvpool::python
+
+PYBIND11_MODULE(_kvpool, m) {
+  using namespace kvpool;
+  using namespace kvpool::python;
+  m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's README).";
+  bind_errors(m);
+  bind_blocks(m);
+
+  py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
+      .def("allocate_blocks", &PoolObject::allocate_blocks, py::arg("count"),
+           "count MutableBlocks (all or nothing: NotEnoughBlocks otherwise).")
+      .def("register_blocks", &PoolObject::register_blocks, py::arg("blocks"),
+           "Registers committed MutableBlocks (which it consumes, whatever the outcome) and "
+           "returns,\n"
+           "per block, the registered block that now holds its hash (its own, or the existing\n"
+           "one it was deduplicated onto).")
+      .def("match_sequence_hashes", &PoolObject::match_sequence_hashes, py::arg("hashes"),
+           "The longest prefix of `hashes` (ints, or a NumPy uint64 array) the pool holds, as\n"
+           "ImmutableBlocks.")
+      .def_property_readonly("name", [](const PoolObject& p) { return p.pool().name(); })
+      .def_property_readonly("page_size", [](const PoolObject& p) { return p.pool().page_size(); })
+      .def_property_readonly("index", [](const PoolObject& p) { return p.pool().index(); })
+      .def_property_readonly(
+          "layout", [](const PoolObject& p) { return layout_dict(p.meta()); },
+          "The pool's layout: kind, num_blocks, num_layers, outer_dim, page_size,\n"
+          "inner_dim, dtype_bytes, alignment.")
+      .def_property_readonly("block_shape",
+                             [](const PoolObject& p) {
+                               const auto& c = p.meta().config;
+                               return py::make_tuple(c.num_layers, c.outer_dim, c.page_size,
+                                                     c.inner_dim);
+                             })
+      .def_property_readonly("is_device", [](const PoolObject& p) { return p.pool().is_device(); })
+      .def_property_readonly(
+          "storage", [](const PoolObject& p) { return p.pool().is_device() ? "cuda" : "host"; })
+      .def("cuda_device", &PoolObject::cuda_device,
+           "Local CUDA ordinal of a device pool's GPU (InvalidState for host pools).")
+      .def("__repr__", [](const PoolObject& p) {
+        return "<kvpool.Pool '" + p.pool().name() + "' " +
+               (p.pool().is_device() ? "cuda" : "host") + ">";
+      });
+
+  py::class_<Client>(m, "Client", "A connection to kvpoold; may be shared by threads.")
+      .def_static("connect", &connect, py::arg("instance") = "default", py::arg("runtime_dir") = "",
+                  py::arg("connect_timeout") = 5.0, py::arg("spin_iterations") = 4000,
+                  py::arg("pin_host_pools") = false,
+                  "Attaches to kvpoold `instance`; runtime_dir '' resolves like the daemon does.\n"
+                  "connect_timeout in seconds.")
+      .def(
+          "pool",
+          [](const Client& c, const std::string& name) { return PoolObject(check(c.pool(name))); },
+          py::arg("name"), "The pool called name (NotFound otherwise).")
+      .def_property_readonly("pool_names", &Client::pool_names)
+      .def(
+          "ping", [](Client& c) { check(without_gil([&] { return c.ping(); })); },
+          "A round trip to kvpoold.")
+      .def(
+          "flush",
+          [](Client& c) {
+            py::gil_scoped_release nogil;
+            c.flush();
+          },
+          "Sends queued releases now (else with the next request, or within ~10 ms).")
+      .def_property_readonly("daemon_alive", &Client::daemon_alive)
+      .def_property_readonly("slot", &Client::slot)
+      .def("__repr__",
+           [](const Client& c) { return "<kvpool.Client slot=" + std::to_string(c.slot()) + ">"; });
+
+  m.def("hash_tokens", &hash_tokens, py::arg("tokens"), py::arg("page_size"), py::arg("salt") = 0,
+        "(block_hashes, sequence_hashes) of the full blocks of `tokens` (Dynamo-compatible; a\n"
+        "partial tail is not hashed).");
+}
