@@ -582,6 +582,7 @@ void Engine::on_ready(Session& s) {
 // mutex is the proof: we can take it only if its holder unlocked it (clean detach) or died
 // (EOWNERDEAD). A lease still held means a live client: it is flagged, never reclaimed.
 void Engine::check_liveness(Session& s, const char* why) {
+  liveness_check_ns_ = now_ns(CLOCK_MONOTONIC);
   if (!s.ready) {
     end_session(s, false, std::string(why) + " before attach completed");
     return;
@@ -623,8 +624,12 @@ void Engine::end_session(Session& s, bool died, const std::string& why) {
   if (s.ready)
     for (auto& p : pools_) returned += p.core.release_owner(s.slot);
   if (died) {
-    bump(ctl_->stats.reclaimed_clients, 1);
+    ctl_->stats.last_reclaim_noticed_ns.store(liveness_check_ns_, std::memory_order_relaxed);
+    ctl_->stats.last_reclaim_done_ns.store(now_ns(CLOCK_MONOTONIC), std::memory_order_relaxed);
     bump(ctl_->stats.reclaimed_blocks, returned);
+    // Release: the times above are visible to whoever sees the counter move.
+    ctl_->stats.reclaimed_clients.store(
+        ctl_->stats.reclaimed_clients.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     spdlog::info("client reclaimed: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
                  s.uid, why, returned);
   } else {

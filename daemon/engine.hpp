@@ -64,6 +64,7 @@ class Engine {
   void on_ready(Session& s);
   void check_liveness(Session& s, const char* why);
   void end_session(Session& s, bool died, const std::string& why);
+  uint64_t liveness_check_ns_ = 0;  // when check_liveness took up the current hang-up
   void disconnect(Session& s, const std::string& why);
   bool drain(Session& s, uint32_t budget);
   enum class Outcome { kDone, kBackpressure };

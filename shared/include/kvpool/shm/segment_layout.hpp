@@ -29,7 +29,7 @@ namespace kvpool::shm {
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 inline constexpr uint16_t kLayoutMajor = 1;
-inline constexpr uint16_t kLayoutMinor = 2;  // 1: event ring; 2: request latency histogram
+inline constexpr uint16_t kLayoutMinor = 3;  // 1: event ring; 2: latency histogram; 3: reclaim times
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -55,7 +55,13 @@ struct ControlStats {
   std::atomic<uint64_t> disconnects;        // clients cut off for corrupting their rings
   std::atomic<uint64_t> refused_attaches;   // version, uid or capacity refusals
   std::atomic<uint64_t> engine_sleeps;      // times the progress engine parked
-  std::atomic<uint64_t> reserved[7];
+  // Minor 3: CLOCK_MONOTONIC of the last reclaim: when the engine took up the dead client's
+  // hang-up (or pidfd), and when it had returned its blocks. Written before
+  // reclaimed_clients is bumped (release): a reader that sees the counter move (acquire)
+  // reads the times of that reclaim or a later one.
+  std::atomic<uint64_t> last_reclaim_noticed_ns;
+  std::atomic<uint64_t> last_reclaim_done_ns;
+  std::atomic<uint64_t> reserved[5];
 };
 static_assert(sizeof(ControlStats) == 128);
 
