@@ -293,8 +293,10 @@ Status Connection::flush_locked() {
 void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
   if (gone()) return;  // the daemon reclaims everything of ours anyway
   std::lock_guard lk(send_mutex_);
-  if (pending_.empty() || pending_.back().pool != pool || pending_.back().immutable != immutable)
+  if (pending_.empty() || pending_.back().pool != pool || pending_.back().immutable != immutable) {
     pending_.push_back(PendingRelease{pool, immutable, {}});
+    pending_.back().refs.reserve(kReleaseBatch);  // one allocation per batch, not seven
+  }
   pending_.back().refs.push_back(ref);
   if (pending_count_.fetch_add(1, std::memory_order_relaxed) + 1 >= kReleaseBatch) (void)flush_locked();
 }
