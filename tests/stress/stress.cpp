@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "connection.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -39,6 +41,7 @@ struct Options {
   uint32_t blocks = 2048;
   std::string kvpoold = KVPOOLD_PATH;
   std::string worker = WORKER_PATH;
+  std::string kvpoolctl = KVPOOLCTL_PATH;
 };
 
 double ms_since(Clock::time_point t) {
@@ -145,6 +148,7 @@ class Stress {
   }
 
   bool start_daemon() {
+    reclaims_seen_ = 0;  // a new daemon counts from zero
     daemon_ = fork();
     if (daemon_ == 0) {
       std::string cfg = dir_ + "/kvpoold.json";
@@ -255,7 +259,42 @@ class Stress {
     int st;
     waitpid(victim, &st, 0);
     workers_.erase(victim);
+    if (slot >= 0) check_with_kvpoolctl(victim);
     spawn_worker(end_);
+  }
+
+  // What an operator would see: `kvpoolctl clients --json` no longer lists the victim (its
+  // blocks went with it), and `kvpoolctl status --json` counts the reclaim.
+  void check_with_kvpoolctl(pid_t victim) {
+    auto run = [&](const char* command) -> nlohmann::json {
+      std::string cmd = o_.kvpoolctl + " " + command + " --json --instance " + instance_ +
+                        " --runtime-dir " + dir_ + " 2>&1";
+      FILE* f = ::popen(cmd.c_str(), "r");
+      if (!f) return nullptr;
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+      if (::pclose(f) != 0) {
+        violation(std::string("kvpoolctl ") + command + " failed: " + out);
+        return nullptr;
+      }
+      try {
+        return nlohmann::json::parse(out);
+      } catch (const std::exception& e) {
+        violation(std::string("kvpoolctl ") + command + " printed no JSON: " + e.what());
+        return nullptr;
+      }
+    };
+    nlohmann::json clients = run("clients");
+    if (clients.is_object())
+      for (const auto& c : clients["clients"])
+        if (c["pid"] == victim)
+          violation("kvpoolctl clients still lists killed worker " + std::to_string(victim) +
+                    " holding " + c["blocks_held"].dump() + " blocks");
+    nlohmann::json status = run("status");
+    if (status.is_object() && status["reclaimed_clients"].get<uint64_t>() < ++reclaims_seen_)
+      violation("kvpoolctl status counts " + status["reclaimed_clients"].dump() +
+                " reclaimed clients after " + std::to_string(reclaims_seen_) + " measured kills");
   }
 
   void final_checks() {
@@ -329,6 +368,7 @@ class Stress {
   shm::Segment control_;
   std::map<pid_t, Clock::time_point> workers_;
   int kills_ = 0;
+  uint64_t reclaims_seen_ = 0;     // kills whose reclaim was measured (this daemon run)
   std::vector<double> latencies_;  // kill -> this process saw the reclaim (polling)
   std::vector<double> noticed_;    // kill -> the daemon took up the hang-up (its clock)
   std::vector<double> returned_;   // kill -> the daemon had returned the blocks (its clock)
