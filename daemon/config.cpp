@@ -257,8 +257,7 @@ Config read_config(const Json& root) {
   expect_object(root, "");
   reject_unknown_fields(root, "",
                         {"instance", "runtime_dir", "max_clients", "ring_bytes", "spin_iterations",
-                         "log_level", "allowed_uids", "allowed_gids", "pools",
-                         "event_ring_slots"});
+                         "log_level", "allowed_uids", "allowed_gids", "pools", "event_ring_slots"});
   const Config defaults = default_config();
   Config c = defaults;
   if (auto it = root.find("instance"); it != root.end()) c.instance = read_string(*it, "instance");
@@ -503,10 +502,10 @@ Status validate_config(const Config& c) {
     }
   }
   if (c.event_ring_slots != 0 && !shm::check_event_ring_capacity(c.event_ring_slots).is_ok()) {
-    return config_error("event_ring_slots",
-                        "must be 0 (no event ring) or a power of two in 2.." +
-                            std::to_string(shm::kEventRingMaxCapacity) + " (got " +
-                            std::to_string(c.event_ring_slots) + ")");
+    return config_error("event_ring_slots", "must be 0 (no event ring) or a power of two in 2.." +
+                                                std::to_string(shm::kEventRingMaxCapacity) +
+                                                " (got " + std::to_string(c.event_ring_slots) +
+                                                ")");
   }
   if (c.pools.empty() || c.pools.size() > kMaxPools) {
     return config_error("pools", "must list 1 to " + std::to_string(kMaxPools) + " pools (got " +

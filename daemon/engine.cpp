@@ -68,7 +68,8 @@ void copy_name(char (&dst)[shm::kNameBytes], const std::string& src) {
 Status make_runtime_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status(ErrorCode::kIoError, "cannot create runtime_dir " + dir + ": " + ec.message());
+  if (ec)
+    return Status(ErrorCode::kIoError, "cannot create runtime_dir " + dir + ": " + ec.message());
   return Status::ok();
 }
 
@@ -106,7 +107,8 @@ Status Engine::init() {
     if (old->size() >= sizeof(shm::ControlHeader) && h->magic == shm::kControlMagic &&
         h->daemon_pid > 0 && ::kill(static_cast<pid_t>(h->daemon_pid), 0) == 0 &&
         h->daemon_pid != getpid() &&
-        h->state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::DaemonState::kReady)) {
+        h->state.load(std::memory_order_acquire) ==
+            static_cast<uint32_t>(shm::DaemonState::kReady)) {
       return Status(ErrorCode::kResourceExhausted,
                     "instance '" + config_.instance + "' is served by kvpoold pid " +
                         std::to_string(h->daemon_pid) + " (another runtime_dir?)");
@@ -126,8 +128,11 @@ Status Engine::init() {
   std::vector<uint64_t> arena_off(np), arena_len(np);
   for (uint32_t i = 0; i < np; ++i) {
     const PoolConfig& pc = config_.pools[i];
-    auto bytes = pool::PoolCore::arena_bytes({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
-    if (!bytes) return Status(ErrorCode::kConfigError, "pools[" + std::to_string(i) + "]: " + bytes.status().message());
+    auto bytes =
+        pool::PoolCore::arena_bytes({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+    if (!bytes)
+      return Status(ErrorCode::kConfigError,
+                    "pools[" + std::to_string(i) + "]: " + bytes.status().message());
     arena_off[i] = off;
     arena_len[i] = *bytes;
     off = shm::align_up(off + *bytes, 4096);
@@ -167,14 +172,16 @@ Status Engine::init() {
   for (uint32_t i = 0; i < np; ++i) {
     const PoolConfig& pc = config_.pools[i];
     auto layout = Layout::create(pc.layout);
-    if (!layout) return Status(ErrorCode::kConfigError, "pool '" + pc.name + "': " + layout.status().message());
+    if (!layout)
+      return Status(ErrorCode::kConfigError,
+                    "pool '" + pc.name + "': " + layout.status().message());
     // Host shm or a CUDA slab; a failure names the pool, device and bytes, and the
     // destructor removes what earlier pools made (the daemon never starts half-configured).
     auto storage = PoolStorage::create(config_.instance, pc, *layout);
     if (!storage) return storage.status();
     auto core = pool::PoolCore::create(base + arena_off[i], arena_len[i],
-                                       {pc.layout.num_blocks, config_.max_clients, pc.max_holds},
-                                       i, pc.name);
+                                       {pc.layout.num_blocks, config_.max_clients, pc.max_holds}, i,
+                                       pc.name);
     if (!core) {
       storage->remove();
       return core.status();
@@ -333,8 +340,12 @@ void Engine::handle_events(int timeout_ms) {
     auto kind = static_cast<Kind>(d >> 32);
     auto idx = static_cast<uint32_t>(d & 0xFFFFFFFFu);
     switch (kind) {
-      case kListen: accept_clients(); break;
-      case kStop: stopping_ = true; break;
+      case kListen:
+        accept_clients();
+        break;
+      case kStop:
+        stopping_ = true;
+        break;
       case kPending: {
         for (size_t p = 0; p < pending_.size(); ++p)
           if (static_cast<uint32_t>(pending_[p].sock.get()) == idx) {
@@ -343,7 +354,9 @@ void Engine::handle_events(int timeout_ms) {
           }
         break;
       }
-      case kSock: on_session_socket(idx, evs[i].events); break;
+      case kSock:
+        on_session_socket(idx, evs[i].events);
+        break;
       case kPid:
         if (idx < sessions_.size() && sessions_[idx].state != SlotState::kFree)
           check_liveness(sessions_[idx], "process exited");
@@ -403,7 +416,8 @@ void Engine::on_pending_readable(size_t index) {
 void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   proto::Hello h{};
   if (len != sizeof(h)) {
-    refuse(sock.get(), ErrorCode::kProtocolError, "malformed hello (" + std::to_string(len) + " bytes)");
+    refuse(sock.get(), ErrorCode::kProtocolError,
+           "malformed hello (" + std::to_string(len) + " bytes)");
     return;
   }
   std::memcpy(&h, msg, sizeof(h));
@@ -423,7 +437,8 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   h.instance[sizeof(h.instance) - 1] = '\0';
   if (config_.instance != h.instance) {
     refuse(sock.get(), ErrorCode::kNotFound,
-           std::string("this socket serves instance '") + config_.instance + "', not '" + h.instance + "'");
+           std::string("this socket serves instance '") + config_.instance + "', not '" +
+               h.instance + "'");
     return;
   }
   auto cred = shm::peer_credentials(sock.get());
@@ -437,7 +452,8 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   if (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid)) {
     refuse(sock.get(), ErrorCode::kPermissionDenied,
            "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
-               " may not attach to instance '" + config_.instance + "' (allowed_uids/allowed_gids)");
+               " may not attach to instance '" + config_.instance +
+               "' (allowed_uids/allowed_gids)");
     return;
   }
   auto ro = control_.open_readonly_fd();
@@ -472,7 +488,8 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   auto lay = shm::client_segment_layout(config_.ring_bytes);
   auto seg = shm::Segment::create_anonymous("kvpool-client", lay.total_bytes);
   if (!seg) {
-    refuse(sock.get(), seg.status().code(), "cannot create the client segment: " + seg.status().message());
+    refuse(sock.get(), seg.status().code(),
+           "cannot create the client segment: " + seg.status().message());
     return;
   }
   auto* ch = new (seg->data()) shm::ClientHeader{};
@@ -486,8 +503,10 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   ch->response_offset = lay.response_offset;
   Status st = shm::init(ch->lease);
   auto* base = seg->as<char>();
-  auto req = shm::init_ring(base + lay.request_offset, shm::ring_bytes(config_.ring_bytes), config_.ring_bytes);
-  auto resp = shm::init_ring(base + lay.response_offset, shm::ring_bytes(config_.ring_bytes), config_.ring_bytes);
+  auto req = shm::init_ring(base + lay.request_offset, shm::ring_bytes(config_.ring_bytes),
+                            config_.ring_bytes);
+  auto resp = shm::init_ring(base + lay.response_offset, shm::ring_bytes(config_.ring_bytes),
+                             config_.ring_bytes);
   auto pidfd = shm::pidfd_open(cred->pid);
   UniqueFd bell(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   auto segfd = seg->dup_fd();
@@ -513,7 +532,8 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   w.generation = s.generation + 1;
   w.num_fds = static_cast<uint32_t>(fds.size());
   w.ring_capacity = config_.ring_bytes;
-  if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds); !sent.is_ok()) {
+  if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
+      !sent.is_ok()) {
     spdlog::warn("welcome to pid {} failed: {}", cred->pid, sent.to_string());
     return;
   }
@@ -599,8 +619,9 @@ void Engine::check_liveness(Session& s, const char* why) {
       return;
     case shm::LockResult::kBusy:
       if (s.state != SlotState::kSuspect) {
-        spdlog::warn("client slot {} pid {}: {} but its lease is held; not reclaiming a live client",
-                     s.slot, s.pid, why);
+        spdlog::warn(
+            "client slot {} pid {}: {} but its lease is held; not reclaiming a live client", s.slot,
+            s.pid, why);
         s.state = SlotState::kSuspect;
         publish_slot(s);
       }
@@ -629,7 +650,8 @@ void Engine::end_session(Session& s, bool died, const std::string& why) {
     bump(ctl_->stats.reclaimed_blocks, returned);
     // Release: the times above are visible to whoever sees the counter move.
     ctl_->stats.reclaimed_clients.store(
-        ctl_->stats.reclaimed_clients.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+        ctl_->stats.reclaimed_clients.load(std::memory_order_relaxed) + 1,
+        std::memory_order_release);
     spdlog::info("client reclaimed: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
                  s.uid, why, returned);
   } else {

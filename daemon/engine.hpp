@@ -11,8 +11,8 @@
 
 #include "daemon/config.hpp"
 #include "daemon/dispatch.hpp"
-#include "daemon/pool_storage.hpp"
 #include "daemon/event_publisher.hpp"
+#include "daemon/pool_storage.hpp"
 #include "daemon/session.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -22,9 +22,9 @@
 namespace kvpool::daemon {
 
 struct EngineHooks {
-  std::function<void()> ready;                       // every segment valid, socket listening
-  std::function<void(const std::string&)> status;    // a one-line status, now and then
-  std::function<void()> watchdog;                    // the engine loop is alive
+  std::function<void()> ready;                     // every segment valid, socket listening
+  std::function<void(const std::string&)> status;  // a one-line status, now and then
+  std::function<void()> watchdog;                  // the engine loop is alive
 };
 
 class Engine {
@@ -87,9 +87,9 @@ class Engine {
   std::vector<Pending> pending_;
   shm::UniqueFd listen_fd_;
   shm::UniqueFd epoll_fd_;
-  shm::UniqueFd stop_fd_;  // eventfd
+  shm::UniqueFd stop_fd_;           // eventfd
   std::vector<std::byte> scratch_;  // a copy of the request payload being processed
-  Dispatcher dispatcher_;  // validates and runs ring records against the pools' cores
+  Dispatcher dispatcher_;           // validates and runs ring records against the pools' cores
   uint64_t last_periodic_ns_ = 0;
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;

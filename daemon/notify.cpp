@@ -45,7 +45,8 @@ void send_notify(const std::string& message) {
 uint64_t watchdog_usec() {
   const char* usec = std::getenv("WATCHDOG_USEC");
   if (usec == nullptr) return 0;
-  if (const char* pid = std::getenv("WATCHDOG_PID"); pid && std::strtoll(pid, nullptr, 10) != getpid())
+  if (const char* pid = std::getenv("WATCHDOG_PID");
+      pid && std::strtoll(pid, nullptr, 10) != getpid())
     return 0;
   return std::strtoull(usec, nullptr, 10);
 }

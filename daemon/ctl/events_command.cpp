@@ -28,9 +28,12 @@ struct EventsOptions : ctl::ViewOptions {
 
 const char* type_name(shm::EventType t) {
   switch (t) {
-    case shm::EventType::kStored: return "stored";
-    case shm::EventType::kRemoved: return "removed";
-    case shm::EventType::kCleared: return "cleared";
+    case shm::EventType::kStored:
+      return "stored";
+    case shm::EventType::kRemoved:
+      return "removed";
+    case shm::EventType::kCleared:
+      return "cleared";
   }
   return "unknown";
 }
@@ -63,8 +66,8 @@ void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json
     case shm::EventType::kStored:
       if (r.has_parent())
         std::snprintf(line, sizeof(line),
-                      "%" PRIu64 " stored  pool=%s seq=%" PRIu64 " block=%" PRIu64 " parent=%" PRIu64
-                      " priority=%u",
+                      "%" PRIu64 " stored  pool=%s seq=%" PRIu64 " block=%" PRIu64
+                      " parent=%" PRIu64 " priority=%u",
                       r.event_id, pool.c_str(), p.sequence_hash, p.block_hash, p.parent_hash,
                       p.priority);
       else
@@ -78,8 +81,8 @@ void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json
                     pool.c_str(), p.sequence_hash);
       break;
     default:
-      std::snprintf(line, sizeof(line), "%" PRIu64 " %s pool=%s", r.event_id,
-                    type_name(r.type()), pool.c_str());
+      std::snprintf(line, sizeof(line), "%" PRIu64 " %s pool=%s", r.event_id, type_name(r.type()),
+                    pool.c_str());
   }
   std::cout << line << "\n";
 }

@@ -26,7 +26,8 @@ Pool::Storage Pool::storage() const {
 Result<int> Pool::cuda_device() const {
   const auto& p = client_->conn->pools()[index_];
   if (!p.device)
-    return Status(ErrorCode::kInvalidState, "pool '" + p.name + "' is a host pool: it has no CUDA device");
+    return Status(ErrorCode::kInvalidState,
+                  "pool '" + p.name + "' is a host pool: it has no CUDA device");
   return p.device->device();
 }
 
@@ -46,8 +47,9 @@ class PoolAccess {
 namespace {
 
 // The answer half of allocate, shared by the blocking and the async form.
-Result<std::vector<MutableBlock>> finish_allocate(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
-                                                  uint32_t page, const Result<uint64_t>& corr) {
+Result<std::vector<MutableBlock>> finish_allocate(const std::shared_ptr<ClientImpl>& c,
+                                                  uint32_t pool, uint32_t page,
+                                                  const Result<uint64_t>& corr) {
   if (!corr) return corr.status();
   auto r = c->conn->wait(*corr);
   if (!r) return r.status();
@@ -58,8 +60,8 @@ Result<std::vector<MutableBlock>> finish_allocate(const std::shared_ptr<ClientIm
   return out;
 }
 
-Result<std::vector<ImmutableBlock>> finish_match(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
-                                                 const Result<uint64_t>& corr,
+Result<std::vector<ImmutableBlock>> finish_match(const std::shared_ptr<ClientImpl>& c,
+                                                 uint32_t pool, const Result<uint64_t>& corr,
                                                  std::span<const SequenceHash> hashes) {
   if (!corr) return corr.status();
   auto r = c->conn->wait(*corr);
@@ -82,16 +84,16 @@ std::future<Result<std::vector<MutableBlock>>> Pool::allocate_blocks_async(uint3
   auto c = client_;
   uint32_t pool = index_;
   uint32_t page = layout().page_size;
-  return std::async(std::launch::deferred, [c, pool, page, corr]() {
-    return finish_allocate(c, pool, page, corr);
-  });
+  return std::async(std::launch::deferred,
+                    [c, pool, page, corr]() { return finish_allocate(c, pool, page, corr); });
 }
 
 Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks) {
   return register_blocks_async(std::move(blocks)).get();
 }
 
-std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(std::vector<MutableBlock> blocks) {
+std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
+    std::vector<MutableBlock> blocks) {
   auto c = client_;
   uint32_t pool = index_;
   std::vector<pool::RegisterItem> items(blocks.size());
@@ -100,54 +102,66 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(std
   for (size_t i = 0; i < blocks.size() && bad.is_ok(); ++i) {
     MutableBlock& b = blocks[i];
     if (!b.valid() || b.pool_index() != pool) {
-      bad = Status(ErrorCode::kInvalidArgument, "block " + std::to_string(i) + " does not belong to pool '" + name() + "'");
+      bad = Status(ErrorCode::kInvalidArgument,
+                   "block " + std::to_string(i) + " does not belong to pool '" + name() + "'");
       break;
     }
     auto seq = b.state().sequence_hash();
     auto bh = b.state().block_hash();
     if (!seq || !bh || !b.state().is_complete()) {
       bad = Status(ErrorCode::kInvalidState,
-                   "block " + std::to_string(i) + " must be committed (Complete) before register, it is " +
+                   "block " + std::to_string(i) +
+                       " must be committed (Complete) before register, it is " +
                        std::string(block_state_name(b.state().kind())));
       break;
     }
     auto parent = b.state().parent_sequence_hash();
-    items[i] = pool::RegisterItem{{b.block_id(), b.generation()}, *seq, *bh, parent.value_or(0), b.priority(), parent ? 1u : 0u};
+    items[i] = pool::RegisterItem{{b.block_id(), b.generation()},
+                                  *seq,
+                                  *bh,
+                                  parent.value_or(0),
+                                  b.priority(),
+                                  parent ? 1u : 0u};
     hashes[i] = *seq;
   }
-  Result<uint64_t> corr = bad.is_ok() ? c->conn->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
-                                                      items.data(), items.size() * sizeof(pool::RegisterItem))
-                                      : Result<uint64_t>(bad);
+  Result<uint64_t> corr =
+      bad.is_ok() ? c->conn->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
+                                  items.data(), items.size() * sizeof(pool::RegisterItem))
+                  : Result<uint64_t>(bad);
   // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
   // forget them without releasing. On failure nothing changed daemon-side and the
   // vector's destructor releases them as usual.
-  std::shared_ptr<std::vector<MutableBlock>> keep = std::make_shared<std::vector<MutableBlock>>(std::move(blocks));
-  return std::async(std::launch::deferred, [c, pool, corr, keep, hashes = std::move(hashes)]() -> Result<std::vector<ImmutableBlock>> {
-    if (!corr) return corr.status();
-    auto r = c->conn->wait(*corr);
-    if (!r) return r.status();
-    if (r->code != ErrorCode::kOk) return r->status();
-    for (auto& b : *keep) PoolAccess::forget(b);
-    return make_immutables(c, pool, r->refs, hashes);
-  });
+  std::shared_ptr<std::vector<MutableBlock>> keep =
+      std::make_shared<std::vector<MutableBlock>>(std::move(blocks));
+  return std::async(
+      std::launch::deferred,
+      [c, pool, corr, keep, hashes = std::move(hashes)]() -> Result<std::vector<ImmutableBlock>> {
+        if (!corr) return corr.status();
+        auto r = c->conn->wait(*corr);
+        if (!r) return r.status();
+        if (r->code != ErrorCode::kOk) return r->status();
+        for (auto& b : *keep) PoolAccess::forget(b);
+        return make_immutables(c, pool, r->refs, hashes);
+      });
 }
 
-Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(std::span<const SequenceHash> hashes) {
+Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
+    std::span<const SequenceHash> hashes) {
   auto corr = client_->conn->send(Opcode::kMatch, index_, static_cast<uint32_t>(hashes.size()),
                                   hashes.data(), hashes.size() * sizeof(SequenceHash));
   return finish_match(client_, index_, corr, hashes);
 }
 
-std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_async(std::span<const SequenceHash> hashes) {
+std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_async(
+    std::span<const SequenceHash> hashes) {
   auto c = client_;
   uint32_t pool = index_;
-  auto corr = c->conn->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()), hashes.data(),
-                            hashes.size() * sizeof(SequenceHash));
+  auto corr = c->conn->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()),
+                            hashes.data(), hashes.size() * sizeof(SequenceHash));
   // The caller's span may be gone by the time the future is read: keep a copy.
   std::vector<SequenceHash> h(hashes.begin(), hashes.end());
-  return std::async(std::launch::deferred, [c, pool, corr, h = std::move(h)]() {
-    return finish_match(c, pool, corr, h);
-  });
+  return std::async(std::launch::deferred,
+                    [c, pool, corr, h = std::move(h)]() { return finish_match(c, pool, corr, h); });
 }
 
 namespace {
@@ -186,7 +200,8 @@ Result<Pool> Client::pool(std::string_view name) const {
     if (pools[i].name == name) return Pool(impl_, i);
     known += (known.empty() ? "" : ", ") + pools[i].name;
   }
-  return Status(ErrorCode::kNotFound, "no pool named '" + std::string(name) + "' (this daemon has: " + known + ")");
+  return Status(ErrorCode::kNotFound,
+                "no pool named '" + std::string(name) + "' (this daemon has: " + known + ")");
 }
 
 std::vector<std::string> Client::pool_names() const {

@@ -49,7 +49,8 @@ Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& ins
       return Status(static_cast<ErrorCode>(r.code), std::string("kvpoold refused: ") + r.message);
   }
   if (*n != sizeof(proto::Welcome))
-    return Status(ErrorCode::kProtocolError, "unexpected handshake answer of " + std::to_string(*n) + " bytes");
+    return Status(ErrorCode::kProtocolError,
+                  "unexpected handshake answer of " + std::to_string(*n) + " bytes");
   std::memcpy(welcome, buf, sizeof(*welcome));
   if (welcome->magic != proto::kHelloMagic || welcome->type != proto::MsgType::kWelcome ||
       welcome->num_fds != fds.size())
@@ -76,15 +77,18 @@ Result<shm::Segment> map_control(shm::UniqueFd fd) {
 
 }  // namespace
 
-Result<shm::Segment> Connection::observe(const std::string& instance, const std::string& runtime_dir) {
+Result<shm::Segment> Connection::observe(const std::string& instance,
+                                         const std::string& runtime_dir) {
   KVPOOL_RETURN_IF_ERROR(validate_instance_name(instance));
   std::string dir = runtime_dir.empty() ? default_runtime_dir() : runtime_dir;
   auto sock = shm::connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
   proto::Welcome w{};
-  auto fds = exchange_hello(sock->get(), instance, proto::MsgType::kObserve, shm::kLayoutMajor, 5000, &w);
+  auto fds =
+      exchange_hello(sock->get(), instance, proto::MsgType::kObserve, shm::kLayoutMajor, 5000, &w);
   if (!fds) return fds.status();
-  if (fds->size() != 1) return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
+  if (fds->size() != 1)
+    return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
   return map_control(std::move((*fds)[0]));
 }
 
@@ -108,7 +112,8 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   auto fds = exchange_hello(sock_.get(), instance, proto::MsgType::kHello, options.layout_major,
                             static_cast<int>(options.connect_timeout.count()), &w);
   if (!fds) return fds.status();
-  if (fds->size() < 3) return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
+  if (fds->size() < 3)
+    return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
   auto ctl = map_control(std::move((*fds)[0]));
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
@@ -124,26 +129,31 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   if (client_.size() < lay.total_bytes || ch->magic != shm::kClientMagic ||
       ch->request_offset != lay.request_offset || ch->response_offset != lay.response_offset)
     return Status(ErrorCode::kProtocolError, "the client segment does not match the welcome");
-  requests_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.request_offset), w.ring_capacity);
-  responses_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.response_offset), w.ring_capacity);
+  requests_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.request_offset),
+                    w.ring_capacity);
+  responses_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.response_offset),
+                     w.ring_capacity);
 
   const auto& ctl_h = control();
-  auto* infos = reinterpret_cast<const shm::PoolInfo*>(control_.as<const char>() + ctl_h.pools_offset);
+  auto* infos =
+      reinterpret_cast<const shm::PoolInfo*>(control_.as<const char>() + ctl_h.pools_offset);
   // After the first three, one descriptor per pool whose storage travels as one, in pool
   // order (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
   size_t pool_fds = 0;
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
     auto kind = static_cast<shm::StorageKind>(infos[i].storage);
     if (kind != shm::StorageKind::kHost && kind != shm::StorageKind::kCuda)
-      return Status(ErrorCode::kVersionMismatch,
-                    "pool " + std::to_string(i) + " has storage kind " + std::to_string(infos[i].storage) +
-                        ", unknown to this libkvpool; rebuild the worker against a matching libkvpool");
+      return Status(
+          ErrorCode::kVersionMismatch,
+          "pool " + std::to_string(i) + " has storage kind " + std::to_string(infos[i].storage) +
+              ", unknown to this libkvpool; rebuild the worker against a matching libkvpool");
     pool_fds += proto::welcome_carries_fd(kind) ? 1 : 0;
   }
   if (fds->size() != 3 + pool_fds)
-    return Status(ErrorCode::kProtocolError, "welcome carries " + std::to_string(fds->size()) +
-                                                 " descriptors for " + std::to_string(ctl_h.num_pools) +
-                                                 " pools, " + std::to_string(pool_fds) + " of them with a data descriptor");
+    return Status(ErrorCode::kProtocolError,
+                  "welcome carries " + std::to_string(fds->size()) + " descriptors for " +
+                      std::to_string(ctl_h.num_pools) + " pools, " + std::to_string(pool_fds) +
+                      " of them with a data descriptor");
   size_t next_fd = 3;
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
     shm::PoolInfo info = infos[i];
@@ -153,19 +163,22 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
     PoolView view{info.name, info, layout.value(), shm::Segment(), nullptr, nullptr};
     if (view.is_device()) {
       if (info.data_bytes < layout->total_bytes())
-        return Status(ErrorCode::kProtocolError, std::string("pool '") + info.name + "' slab is smaller than its layout");
+        return Status(ErrorCode::kProtocolError,
+                      std::string("pool '") + info.name + "' slab is smaller than its layout");
       view.device = std::make_shared<DeviceView>(info);
     } else {
       auto data = shm::Segment::map_fd(std::move((*fds)[next_fd++]), true);
       if (!data) return data.status();
       if (data->size() < layout->total_bytes())
-        return Status(ErrorCode::kProtocolError, std::string("pool '") + info.name + "' data is smaller than its layout");
+        return Status(ErrorCode::kProtocolError,
+                      std::string("pool '") + info.name + "' data is smaller than its layout");
       view.data = std::move(data.value());
       if (options.pin_host_pools) {
         auto pin = cuda::HostRegistration::pin(view.data.data(), view.data.size());
         if (!pin)
-          return Status(pin.status().code(), std::string("pin_host_pools: pool '") + info.name + "' (" +
-                                                  std::to_string(view.data.size()) + " bytes): " + pin.status().message());
+          return Status(pin.status().code(), std::string("pin_host_pools: pool '") + info.name +
+                                                 "' (" + std::to_string(view.data.size()) +
+                                                 " bytes): " + pin.status().message());
         view.pinned = std::make_shared<cuda::HostRegistration>(std::move(pin.value()));
       }
     }
@@ -213,7 +226,8 @@ void Connection::lease_main(std::promise<Status>* locked) {
 void Connection::mark_gone() {
   gone_.store(true, std::memory_order_release);
   // Wake a caller parked on the response doorbell; it checks gone() next.
-  auto* ring = reinterpret_cast<shm::RingHeader*>(client_.as<char>() + client_header()->response_offset);
+  auto* ring =
+      reinterpret_cast<shm::RingHeader*>(client_.as<char>() + client_header()->response_offset);
   ring->consumer_bell.seq.fetch_add(1, std::memory_order_release);
   shm::futex_wake_all(&ring->consumer_bell.seq);
 }
@@ -234,8 +248,8 @@ Connection::~Connection() {
 
 bool Connection::gone() const {
   if (gone_.load(std::memory_order_acquire)) return true;
-  return control_.data() != nullptr &&
-         control().state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::DaemonState::kReady);
+  return control_.data() != nullptr && control().state.load(std::memory_order_acquire) !=
+                                           static_cast<uint32_t>(shm::DaemonState::kReady);
 }
 
 void Connection::wake_daemon() {
@@ -272,9 +286,11 @@ Status Connection::flush_locked() {
   auto is_gone = [this] { return gone(); };
   for (auto& p : pending_) {
     if (p.refs.empty()) continue;
-    uint32_t bytes = static_cast<uint32_t>(sizeof(proto::RequestHeader) + p.refs.size() * sizeof(pool::BlockRef));
-    auto c = claim(*requests_, static_cast<uint32_t>(p.immutable ? proto::Opcode::kReleaseImmutable
-                                                                  : proto::Opcode::kReleaseMutable),
+    uint32_t bytes = static_cast<uint32_t>(sizeof(proto::RequestHeader) +
+                                           p.refs.size() * sizeof(pool::BlockRef));
+    auto c = claim(*requests_,
+                   static_cast<uint32_t>(p.immutable ? proto::Opcode::kReleaseImmutable
+                                                     : proto::Opcode::kReleaseMutable),
                    bytes, is_gone);
     if (!c) {
       pending_.clear();
@@ -283,7 +299,8 @@ Status Connection::flush_locked() {
     }
     proto::RequestHeader h{0, p.pool, static_cast<uint32_t>(p.refs.size())};
     std::memcpy(*c, &h, sizeof(h));
-    std::memcpy(static_cast<std::byte*>(*c) + sizeof(h), p.refs.data(), p.refs.size() * sizeof(pool::BlockRef));
+    std::memcpy(static_cast<std::byte*>(*c) + sizeof(h), p.refs.data(),
+                p.refs.size() * sizeof(pool::BlockRef));
   }
   pending_.clear();
   pending_count_.store(0, std::memory_order_relaxed);
@@ -298,7 +315,8 @@ void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
     pending_.back().refs.reserve(kReleaseBatch);  // one allocation per batch, not seven
   }
   pending_.back().refs.push_back(ref);
-  if (pending_count_.fetch_add(1, std::memory_order_relaxed) + 1 >= kReleaseBatch) (void)flush_locked();
+  if (pending_count_.fetch_add(1, std::memory_order_relaxed) + 1 >= kReleaseBatch)
+    (void)flush_locked();
 }
 
 void Connection::flush() {
@@ -306,8 +324,8 @@ void Connection::flush() {
   (void)flush_locked();
 }
 
-Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
-                                  size_t item_bytes) {
+Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t count,
+                                  const void* items, size_t item_bytes) {
   if (gone()) return daemon_gone("before the request was sent");
   std::lock_guard lk(send_mutex_);
   auto is_gone = [this] { return gone(); };
@@ -347,7 +365,8 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
   }
   while (true) {
     auto rec = responses_->poll();
-    if (!rec) return Status(ErrorCode::kProtocolError, "response ring corrupt: " + rec.status().message());
+    if (!rec)
+      return Status(ErrorCode::kProtocolError, "response ring corrupt: " + rec.status().message());
     if (!rec->empty()) {
       proto::ResponseHeader h{};
       Response r;
@@ -360,7 +379,9 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
           // memcpy with a null pointer (an empty vector's data()) is undefined even for 0 bytes.
           if (h.count > 0)
             std::memcpy(r.refs.data(), rec->payload + sizeof(h), h.count * sizeof(pool::BlockRef));
-          r.message.assign(reinterpret_cast<const char*>(rec->payload) + sizeof(h) + h.count * sizeof(pool::BlockRef), h.message_len);
+          r.message.assign(reinterpret_cast<const char*>(rec->payload) + sizeof(h) +
+                               h.count * sizeof(pool::BlockRef),
+                           h.message_len);
         } else {
           r.code = ErrorCode::kProtocolError;
           r.message = "malformed response";
@@ -376,8 +397,8 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
   }
 }
 
-Result<Response> Connection::call(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
-                                  size_t item_bytes) {
+Result<Response> Connection::call(proto::Opcode op, uint32_t pool, uint32_t count,
+                                  const void* items, size_t item_bytes) {
   auto corr = send(op, pool, count, items, item_bytes);
   if (!corr) return corr.status();
   return wait(*corr);

@@ -6,10 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <future>
 #include <optional>
 #include <string>
 #include <thread>

@@ -58,7 +58,7 @@ inline bool counts_match(const pool::PoolCounts& c, const Want& w) {
 }
 
 inline void wait_counts(const DaemonView& v, const Want& w, std::chrono::milliseconds timeout = 10s,
-                 uint32_t pool = 0) {
+                        uint32_t pool = 0) {
   wait_until([&] { return counts_match(v.counts(pool), w); }, timeout,
              "pool counts free " + std::to_string(w.free) + " mutable " + std::to_string(w.mut) +
                  " active " + std::to_string(w.active) + " inactive " + std::to_string(w.inactive) +
@@ -90,7 +90,9 @@ inline void expect_invariants(const DaemonView& v, uint32_t pool = 0) {
 inline uint8_t state_of(const DaemonView& v, uint32_t id) { return v.pool().block(id).state; }
 constexpr uint8_t code(BlockStateCode s) { return static_cast<uint8_t>(s); }
 
-inline uint64_t stat_of(const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); }
+inline uint64_t stat_of(const std::atomic<uint64_t>& a) {
+  return a.load(std::memory_order_relaxed);
+}
 
 // The state letter of /proc/<pid>/stat (or /proc/self/task/<tid>/stat): R, S, T, Z, ...
 inline char proc_state(const std::string& stat_path) {
@@ -103,7 +105,8 @@ inline char proc_state(const std::string& stat_path) {
 // A request record with any opcode and bytes, put on the ring as is; returns the answer
 // the daemon sends for `correlation_id`.
 inline detail::Response raw_call(detail::Connection& c, uint32_t type, uint64_t correlation_id,
-                          uint32_t pool, uint32_t count, const void* items, size_t item_bytes) {
+                                 uint32_t pool, uint32_t count, const void* items,
+                                 size_t item_bytes) {
   std::vector<std::byte> rec(sizeof(proto::RequestHeader) + item_bytes);
   proto::RequestHeader h{correlation_id, pool, count};
   std::memcpy(rec.data(), &h, sizeof(h));
@@ -116,7 +119,7 @@ inline detail::Response raw_call(detail::Connection& c, uint32_t type, uint64_t 
 }
 
 inline detail::Response must_call(detail::Connection& c, Opcode op, uint32_t pool, uint32_t count,
-                           const void* items, size_t bytes) {
+                                  const void* items, size_t bytes) {
   auto r = c.call(op, pool, count, items, bytes);
   if (!r) throw HarnessError("call failed: " + r.status().to_string());
   return r.value();

@@ -213,7 +213,8 @@ TEST(Hostile, UidsAndGidsOutsideTheConfiguredListsAreRefused) {
   uint64_t refusals = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE("uid " + c.uid + " gid " + c.gid);
-    WorkerProcess w(d, "holder", {"--as-gid", c.gid, "--as-uid", c.uid, "--mutable", "1", "--register", "0"});
+    WorkerProcess w(d, "holder",
+                    {"--as-gid", c.gid, "--as-uid", c.uid, "--mutable", "1", "--register", "0"});
     if (c.refused) {
       std::string line = w.expect_line("ERR PermissionDenied");
       EXPECT_TRUE(contains(line, "uid " + c.uid + " / gid " + c.gid)) << line;

@@ -327,11 +327,13 @@ int main(int argc, char** argv) {
   // the daemon's allowed_uids / allowed_gids refuse it.
   if (auto g = a.get("as-gid"); !g.empty()) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(std::stoul(g))) != 0)
-      die(Status(ErrorCode::kPermissionDenied, "cannot become gid " + g + ": " + std::strerror(errno)));
+      die(Status(ErrorCode::kPermissionDenied,
+                 "cannot become gid " + g + ": " + std::strerror(errno)));
   }
   if (auto u = a.get("as-uid"); !u.empty()) {
     if (::setuid(static_cast<uid_t>(std::stoul(u))) != 0)
-      die(Status(ErrorCode::kPermissionDenied, "cannot become uid " + u + ": " + std::strerror(errno)));
+      die(Status(ErrorCode::kPermissionDenied,
+                 "cannot become uid " + u + ": " + std::strerror(errno)));
   }
   ConnectOptions opts;
   opts.runtime_dir = a.runtime_dir;

@@ -71,14 +71,15 @@ class Stress {
     (void)shm::Segment::unlink("/kvpool." + instance_ + ".ctl");
     (void)shm::Segment::unlink("/kvpool." + instance_ + ".pool.g2");
     std::string rm = "rm -rf " + dir_;
-    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "stress: could not remove %s\n", dir_.c_str());
+    if (std::system(rm.c_str()) != 0)
+      std::fprintf(stderr, "stress: could not remove %s\n", dir_.c_str());
   }
 
   int run() {
     if (!start_daemon()) return fail("kvpoold did not start");
     const auto start = Clock::now();
-    const Clock::time_point end =
-        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.seconds));
+    const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(o_.seconds));
     end_ = end;
     for (int i = 0; i < o_.workers; ++i) spawn_worker(end);
     auto next_kill = Clock::now() + next_interval();
@@ -102,9 +103,11 @@ class Stress {
         auto c = counts();
         uint64_t req = ctl()->stats.requests.load(std::memory_order_relaxed);
         if (req < last_requests) last_requests = 0;  // a restarted daemon counts from 0
-        std::printf("[%5.1fs] %7.0f req/s  kills %3d  daemon restarts %d  free %u inactive %u active %u mutable %u\n",
-                    ms_since(start) / 1000, static_cast<double>(req - last_requests), kills_,
-                    restarts_done, c.free, c.inactive, c.active, c.mutable_blocks);
+        std::printf(
+            "[%5.1fs] %7.0f req/s  kills %3d  daemon restarts %d  free %u inactive %u active %u "
+            "mutable %u\n",
+            ms_since(start) / 1000, static_cast<double>(req - last_requests), kills_, restarts_done,
+            c.free, c.inactive, c.active, c.mutable_blocks);
         std::fflush(stdout);
         last_requests = req;
       }
@@ -152,7 +155,8 @@ class Stress {
     daemon_ = fork();
     if (daemon_ == 0) {
       std::string cfg = dir_ + "/kvpoold.json";
-      execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--config", cfg.c_str(),
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     auto deadline = Clock::now() + std::chrono::seconds(20);
@@ -181,7 +185,8 @@ class Stress {
       reap(end, /*replace=*/false);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    for (auto& [pid, _] : workers_) violation("worker " + std::to_string(pid) + " did not notice the daemon's death");
+    for (auto& [pid, _] : workers_)
+      violation("worker " + std::to_string(pid) + " did not notice the daemon's death");
     while (static_cast<int>(workers_.size()) < o_.workers) spawn_worker(end);
   }
 
@@ -212,8 +217,10 @@ class Stress {
       if (!workers_.erase(p)) continue;
       if (WIFEXITED(st)) {
         int code = WEXITSTATUS(st);
-        if (code == 1) violation("worker " + std::to_string(p) + " saw a corrupt block");
-        else if (code != 0 && code != 3) violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
+        if (code == 1)
+          violation("worker " + std::to_string(p) + " saw a corrupt block");
+        else if (code != 0 && code != 3)
+          violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
       }
       if (replace && Clock::now() < end) spawn_worker(end);
     }
@@ -228,7 +235,8 @@ class Stress {
     int slot = -1;
     for (uint32_t i = 0; i < ctl()->max_clients; ++i)
       if (slots()[i].pid.load(std::memory_order_relaxed) == victim &&
-          slots()[i].state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kAttached))
+          slots()[i].state.load(std::memory_order_acquire) ==
+              static_cast<uint32_t>(shm::SlotState::kAttached))
         slot = static_cast<int>(i);
     auto t0 = Clock::now();
     kill(victim, SIGKILL);
@@ -236,7 +244,8 @@ class Stress {
     if (slot >= 0) {
       // Reclaimed = the slot released and the counter moved. Bounded wait.
       while (ms_since(t0) < 2000) {
-        bool freed = slots()[slot].state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kAttached) ||
+        bool freed = slots()[slot].state.load(std::memory_order_acquire) !=
+                         static_cast<uint32_t>(shm::SlotState::kAttached) ||
                      slots()[slot].pid.load(std::memory_order_relaxed) != victim;
         if (freed && ctl()->stats.reclaimed_clients.load(std::memory_order_acquire) > before) break;
         std::this_thread::yield();
@@ -250,10 +259,14 @@ class Stress {
         // free of this process's scheduling delays on a loaded machine.
         const double k = static_cast<double>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
-        noticed_.push_back(
-            (static_cast<double>(ctl()->stats.last_reclaim_noticed_ns.load(std::memory_order_relaxed)) - k) / 1e6);
-        returned_.push_back(
-            (static_cast<double>(ctl()->stats.last_reclaim_done_ns.load(std::memory_order_relaxed)) - k) / 1e6);
+        noticed_.push_back((static_cast<double>(ctl()->stats.last_reclaim_noticed_ns.load(
+                                std::memory_order_relaxed)) -
+                            k) /
+                           1e6);
+        returned_.push_back((static_cast<double>(ctl()->stats.last_reclaim_done_ns.load(
+                                 std::memory_order_relaxed)) -
+                             k) /
+                            1e6);
       }
     }
     int st;
@@ -299,9 +312,10 @@ class Stress {
 
   void final_checks() {
     auto c = counts();
-    std::printf("final: total %u = free %u + inactive %u + active %u + mutable %u\n", c.total, c.free,
-                c.inactive, c.active, c.mutable_blocks);
-    if (c.free + c.inactive + c.active + c.mutable_blocks != c.total) violation("counts do not add up");
+    std::printf("final: total %u = free %u + inactive %u + active %u + mutable %u\n", c.total,
+                c.free, c.inactive, c.active, c.mutable_blocks);
+    if (c.free + c.inactive + c.active + c.mutable_blocks != c.total)
+      violation("counts do not add up");
     if (c.active != 0) violation(std::to_string(c.active) + " blocks still active with no client");
     if (c.mutable_blocks != 0) violation(std::to_string(c.mutable_blocks) + " mutable blocks left");
     // Every registered block still holds what its writer wrote: match each by its hash (as a
@@ -315,7 +329,8 @@ class Stress {
     ConnectOptions co;
     co.runtime_dir = dir_;
     auto client = Client::connect(instance_, co);
-    if (!client) return violation("cannot attach for the final check: " + client.status().message());
+    if (!client)
+      return violation("cannot attach for the final check: " + client.status().message());
     auto pool = client->pool("g2");
     const LayoutConfig& L = pool->layout();
     uint64_t region = uint64_t{L.page_size} * L.inner_dim * L.dtype_bytes;
@@ -352,10 +367,14 @@ class Stress {
       return std::string(buf);
     };
     std::printf("kills: %d (%zu measured)\n", kills_, latencies_.size());
-    std::printf("reclamation, daemon clock:  kill -9 -> death noticed:  %s\n", line(noticed_).c_str());
-    std::printf("reclamation, daemon clock:  kill -9 -> blocks returned: %s\n", line(returned_).c_str());
-    std::printf("reclamation, seen polling:  kill -9 -> blocks returned: %s\n", line(latencies_).c_str());
-    std::printf("registered blocks checked byte for byte: %llu\n", static_cast<unsigned long long>(checked_));
+    std::printf("reclamation, daemon clock:  kill -9 -> death noticed:  %s\n",
+                line(noticed_).c_str());
+    std::printf("reclamation, daemon clock:  kill -9 -> blocks returned: %s\n",
+                line(returned_).c_str());
+    std::printf("reclamation, seen polling:  kill -9 -> blocks returned: %s\n",
+                line(latencies_).c_str());
+    std::printf("registered blocks checked byte for byte: %llu\n",
+                static_cast<unsigned long long>(checked_));
     std::printf("verdict: %s\n", violations_.empty() ? "PASS" : "FAIL");
   }
 
@@ -382,15 +401,22 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--workers") o.workers = std::stoi(v);
-    else if (k == "--seconds") o.seconds = std::stod(v);
-    else if (k == "--kill-interval-ms") o.kill_interval_ms = std::stoi(v);
-    else if (k == "--daemon-restarts") o.daemon_restarts = std::stoi(v);
-    else if (k == "--seed") o.seed = std::stoull(v);
-    else if (k == "--blocks") o.blocks = static_cast<uint32_t>(std::stoul(v));
+    if (k == "--workers")
+      o.workers = std::stoi(v);
+    else if (k == "--seconds")
+      o.seconds = std::stod(v);
+    else if (k == "--kill-interval-ms")
+      o.kill_interval_ms = std::stoi(v);
+    else if (k == "--daemon-restarts")
+      o.daemon_restarts = std::stoi(v);
+    else if (k == "--seed")
+      o.seed = std::stoull(v);
+    else if (k == "--blocks")
+      o.blocks = static_cast<uint32_t>(std::stoul(v));
     else {
-      std::fprintf(stderr, "usage: kvpool_stress [--workers N] [--seconds S] [--kill-interval-ms M] "
-                           "[--daemon-restarts K] [--seed X] [--blocks B]\n");
+      std::fprintf(stderr,
+                   "usage: kvpool_stress [--workers N] [--seconds S] [--kill-interval-ms M] "
+                   "[--daemon-restarts K] [--seed X] [--blocks B]\n");
       return 2;
     }
   }

@@ -125,7 +125,7 @@ TEST(Segment, WriteThroughReadOnlyMappingKillsTheWriterOnly) {
   if (pid == 0) {
     rlimit no_core{0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);  // the crash is the expected outcome
-    ::signal(SIGSEGV, SIG_DFL);  // a sanitizer's handler would turn the fault into exit(1)
+    ::signal(SIGSEGV, SIG_DFL);          // a sanitizer's handler would turn the fault into exit(1)
     // The mapping cannot be made writable either.
     if (::mprotect(ro->data(), ro->size(), PROT_READ | PROT_WRITE) == 0) ::_exit(3);
     volatile char* p = ro->as<char>();

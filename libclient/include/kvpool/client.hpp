@@ -74,8 +74,10 @@ class Pool {
   Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes);
 
   std::future<Result<std::vector<MutableBlock>>> allocate_blocks_async(uint32_t count);
-  std::future<Result<std::vector<ImmutableBlock>>> register_blocks_async(std::vector<MutableBlock> blocks);
-  std::future<Result<std::vector<ImmutableBlock>>> match_sequence_hashes_async(std::span<const SequenceHash> hashes);
+  std::future<Result<std::vector<ImmutableBlock>>> register_blocks_async(
+      std::vector<MutableBlock> blocks);
+  std::future<Result<std::vector<ImmutableBlock>>> match_sequence_hashes_async(
+      std::span<const SequenceHash> hashes);
 
   const std::string& name() const;
   const LayoutConfig& layout() const;
@@ -97,14 +99,16 @@ class Pool {
   friend class Client;
   friend Status copy_blocks(const Pool&, std::span<const uint32_t>, const Pool&,
                             std::span<const uint32_t>, void*);
-  Pool(std::shared_ptr<detail::ClientImpl> c, uint32_t index) : client_(std::move(c)), index_(index) {}
+  Pool(std::shared_ptr<detail::ClientImpl> c, uint32_t index)
+      : client_(std::move(c)), index_(index) {}
   std::shared_ptr<detail::ClientImpl> client_;
   uint32_t index_;
 };
 
 class Client {
  public:
-  static Result<Client> connect(std::string_view instance = "default", const ConnectOptions& options = {});
+  static Result<Client> connect(std::string_view instance = "default",
+                                const ConnectOptions& options = {});
 
   Result<Pool> pool(std::string_view name) const;
   std::vector<std::string> pool_names() const;

@@ -49,8 +49,8 @@ Result<Offsets> compute_offsets(const PoolCoreConfig& c) {
     return Status(ErrorCode::kInvalidArgument,
                   "num_blocks " + std::to_string(c.num_blocks) + " exceeds the limit of 2^30");
   if (c.max_owners == 0 || c.max_owners > (1u << 20))
-    return Status(ErrorCode::kInvalidArgument, "max_owners must be in [1, 2^20], got " +
-                                                   std::to_string(c.max_owners));
+    return Status(ErrorCode::kInvalidArgument,
+                  "max_owners must be in [1, 2^20], got " + std::to_string(c.max_owners));
   Offsets o{};
   uint64_t holds = c.max_holds ? c.max_holds : uint64_t{2} * c.num_blocks + 64;
   if (holds > (1u << 30))
@@ -157,9 +157,8 @@ Result<PoolCore> PoolCore::attach(void* memory, size_t bytes, uint32_t pool_inde
   if (h->magic != kArenaMagic)
     return Status(ErrorCode::kVersionMismatch, "pool arena has a bad magic number");
   if (h->version != kArenaVersion)
-    return Status(ErrorCode::kVersionMismatch, "pool arena version " +
-                                                   std::to_string(h->version) + ", expected " +
-                                                   std::to_string(kArenaVersion));
+    return Status(ErrorCode::kVersionMismatch, "pool arena version " + std::to_string(h->version) +
+                                                   ", expected " + std::to_string(kArenaVersion));
   PoolCoreConfig c{h->num_blocks, h->max_owners, h->max_holds};
   auto o = compute_offsets(c);
   if (!o) return o.status();
@@ -436,8 +435,7 @@ Status PoolCore::check_mutable_handle(uint32_t owner, BlockRef ref) const {
   if (ref.id >= header_->num_blocks)
     return Status(ErrorCode::kInvalidHandle, handle_text(ref) + " does not exist in pool '" +
                                                  name_ + "' (" +
-                                                 std::to_string(header_->num_blocks) +
-                                                 " blocks)");
+                                                 std::to_string(header_->num_blocks) + " blocks)");
   const BlockMeta& b = blocks_[ref.id];
   if (b.generation != ref.generation)
     return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(ref) +
@@ -547,16 +545,15 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
     add_hold(owner, id);
     bump(header_->stats.active_blocks, 1);
     bump(header_->stats.registrations, 1);
-    stored_scratch_.push_back(
-        StoredBlock{it.sequence_hash, it.block_hash, b.parent_hash, it.priority, it.has_parent != 0});
+    stored_scratch_.push_back(StoredBlock{it.sequence_hash, it.block_hash, b.parent_hash,
+                                          it.priority, it.has_parent != 0});
     out[i] = BlockRef{id, b.generation};
   }
   if (sink_ && !stored_scratch_.empty()) sink_->on_stored(pool_index_, stored_scratch_);
   return Status::ok();
 }
 
-Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashes,
-                                 BlockRef* out) {
+Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   if (hashes.size() > holds_free())
@@ -616,7 +613,8 @@ Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blo
     BlockRef r = blocks[k];
     Status s;
     if (r.id >= header_->num_blocks) {
-      s = Status(ErrorCode::kInvalidHandle, handle_text(r) + " does not exist in pool '" + name_ + "'");
+      s = Status(ErrorCode::kInvalidHandle,
+                 handle_text(r) + " does not exist in pool '" + name_ + "'");
     } else if (blocks_[r.id].generation != r.generation) {
       s = Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(r) +
                                                 " was reused, it is at generation " +

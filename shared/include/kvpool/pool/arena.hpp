@@ -87,7 +87,7 @@ static_assert(std::is_trivially_copyable_v<HoldEntry>);
 // One priority level of inactive blocks: a FIFO in return order.
 struct LevelRecord {
   uint32_t priority;
-  uint32_t head;      // oldest return: evicted first; next free record when unused
+  uint32_t head;  // oldest return: evicted first; next free record when unused
   uint32_t tail;
   uint32_t heap_pos;  // index in the level heap; kNone when unused
 };
@@ -95,11 +95,11 @@ static_assert(sizeof(LevelRecord) == 16);
 static_assert(std::is_trivially_copyable_v<LevelRecord>);
 
 struct OwnerRecord {
-  uint32_t mutable_head;   // list through BlockMeta::prev/next
+  uint32_t mutable_head;  // list through BlockMeta::prev/next
   uint32_t mutable_count;
-  uint32_t hold_head;      // list through HoldEntry::prev/next
-  uint32_t hold_entries;   // distinct blocks held
-  uint64_t hold_refs;      // references held (sum of counts)
+  uint32_t hold_head;     // list through HoldEntry::prev/next
+  uint32_t hold_entries;  // distinct blocks held
+  uint64_t hold_refs;     // references held (sum of counts)
 };
 static_assert(sizeof(OwnerRecord) == 24);
 static_assert(std::is_trivially_copyable_v<OwnerRecord>);
@@ -124,7 +124,8 @@ struct PoolStats {
   std::atomic<uint64_t> released_refs;     // immutable references dropped
   std::atomic<uint64_t> rejected_handles;  // stale / foreign / unknown handles refused
 };
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::is_standard_layout_v<PoolStats>);
 static_assert(sizeof(PoolStats) == 88);
 

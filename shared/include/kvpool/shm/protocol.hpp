@@ -63,7 +63,7 @@ static_assert(sizeof(Welcome) == 32 && std::is_trivially_copyable_v<Welcome>);
 
 struct Refusal {
   uint32_t magic;
-  MsgType type;  // kRefusal
+  MsgType type;   // kRefusal
   uint16_t code;  // ErrorCode
   uint16_t reserved;
   char message[244];
@@ -114,11 +114,15 @@ inline constexpr uint32_t kMaxErrorMessage = 512;
 // Bytes a payload of `count` items of a request needs.
 inline uint64_t request_item_bytes(Opcode op) {
   switch (op) {
-    case Opcode::kRegister: return sizeof(pool::RegisterItem);
-    case Opcode::kMatch: return sizeof(uint64_t);
+    case Opcode::kRegister:
+      return sizeof(pool::RegisterItem);
+    case Opcode::kMatch:
+      return sizeof(uint64_t);
     case Opcode::kReleaseMutable:
-    case Opcode::kReleaseImmutable: return sizeof(pool::BlockRef);
-    default: return 0;
+    case Opcode::kReleaseImmutable:
+      return sizeof(pool::BlockRef);
+    default:
+      return 0;
   }
 }
 

@@ -29,7 +29,8 @@ namespace kvpool::shm {
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 inline constexpr uint16_t kLayoutMajor = 1;
-inline constexpr uint16_t kLayoutMinor = 3;  // 1: event ring; 2: latency histogram; 3: reclaim times
+inline constexpr uint16_t kLayoutMinor =
+    3;                                    // 1: event ring; 2: latency histogram; 3: reclaim times
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -42,7 +43,7 @@ enum class SlotState : uint32_t {
   kFree = 0,
   kAttaching = 1,  // handshake under way
   kAttached = 2,
-  kSuspect = 3,    // socket hung up but the lease is still held: never reclaimed while so
+  kSuspect = 3,  // socket hung up but the lease is still held: never reclaimed while so
 };
 
 struct ControlStats {
@@ -71,8 +72,8 @@ static_assert(sizeof(ControlStats) == 128);
 // kLatencyBounds counts the slower ones. Relaxed counters, written by the engine only.
 inline constexpr size_t kLatencyBounds = 13;
 inline constexpr uint64_t kLatencyBoundsNs[kLatencyBounds] = {
-    250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000, 1'000'000,
-    10'000'000};
+    250,    500,     1'000,   2'500,   5'000,     10'000,    25'000,
+    50'000, 100'000, 250'000, 500'000, 1'000'000, 10'000'000};
 struct LatencyHistogram {
   std::atomic<uint64_t> buckets[16];  // [0, kLatencyBounds] used
   std::atomic<uint64_t> count;
@@ -123,7 +124,7 @@ static_assert(sizeof(ControlHeader) == 512);
 
 // One per client slot: what `kvpoolctl clients` shows. Written by the daemon only.
 struct SlotInfo {
-  std::atomic<uint32_t> state;  // SlotState
+  std::atomic<uint32_t> state;       // SlotState
   std::atomic<uint32_t> generation;  // bumps on every reuse of the slot
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> uid;
@@ -144,10 +145,10 @@ struct PoolInfo {
   uint32_t storage;           // StorageKind
   int32_t device;             // CUDA ordinal, -1 for host
   uint64_t data_bytes;
-  uint64_t arena_offset;      // PoolCore arena inside the control segment
+  uint64_t arena_offset;  // PoolCore arena inside the control segment
   uint64_t arena_bytes;
-  uint8_t device_uuid[16];    // CUDA device UUID (device pools)
-  uint8_t ipc_handle[64];     // cudaIpcMemHandle_t (device pools)
+  uint8_t device_uuid[16];  // CUDA device UUID (device pools)
+  uint8_t ipc_handle[64];   // cudaIpcMemHandle_t (device pools)
   uint8_t reserved[40];
 };
 static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
