@@ -30,7 +30,7 @@ using Json = nlohmann::ordered_json;
 constexpr uint32_t kMaxClients = 4096;
 constexpr uint64_t kMinRingBytes = 4096;
 constexpr uint64_t kMaxRingBytes = uint64_t{64} << 20;
-constexpr uint32_t kMaxSpinIterations = 10'000'000;
+constexpr uint32_t kMaxPollUs = 100'000;
 constexpr size_t kMaxPools = 16;
 constexpr size_t kMaxPoolNameChars = 32;
 constexpr uint32_t kMaxNumBlocks = uint32_t{1} << 30;
@@ -223,8 +223,13 @@ void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
 PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
   expect_object(j, path);
   reject_unknown_fields(j, path,
-                        {"name", "storage", "device", "num_blocks", "max_holds", "layout"});
+                        {"name", "storage", "device", "num_blocks", "max_holds", "layout",
+                         "allowed_uids", "allowed_gids"});
   PoolConfig pool = defaults;
+  if (auto it = j.find("allowed_uids"); it != j.end())
+    pool.allowed_uids = read_id_list<uid_t>(*it, child(path, "allowed_uids"));
+  if (auto it = j.find("allowed_gids"); it != j.end())
+    pool.allowed_gids = read_id_list<gid_t>(*it, child(path, "allowed_gids"));
   if (auto it = j.find("name"); it != j.end()) pool.name = read_string(*it, child(path, "name"));
   if (auto it = j.find("storage"); it != j.end()) {
     const std::string storage_path = child(path, "storage");
@@ -253,11 +258,32 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   return pool;
 }
 
+void read_quota(const Json& j, std::string_view path, pool::OwnerQuota& q) {
+  expect_object(j, path);
+  reject_unknown_fields(
+      j, path, {"max_mutable_blocks", "max_references", "max_refs_per_block", "max_priority"});
+  if (auto it = j.find("max_mutable_blocks"); it != j.end())
+    q.max_mutable_blocks = read_u32(*it, child(path, "max_mutable_blocks"));
+  if (auto it = j.find("max_references"); it != j.end())
+    q.max_references = read_uint(*it, child(path, "max_references"), uint64_t{1} << 40);
+  if (auto it = j.find("max_refs_per_block"); it != j.end())
+    q.max_refs_per_block = read_u32(*it, child(path, "max_refs_per_block"));
+  if (auto it = j.find("max_priority"); it != j.end())
+    q.max_priority = read_u32(*it, child(path, "max_priority"));
+}
+
 Config read_config(const Json& root) {
   expect_object(root, "");
-  reject_unknown_fields(root, "",
-                        {"instance", "runtime_dir", "max_clients", "ring_bytes", "spin_iterations",
-                         "log_level", "allowed_uids", "allowed_gids", "pools", "event_ring_slots"});
+  // Renamed fields get an error that says what replaced them, not "unknown field".
+  if (root.contains("spin_iterations"))
+    fail("spin_iterations",
+         "was replaced by \"poll_us\" (how long the engine polls after a request, in "
+         "microseconds; default 50): remove spin_iterations and set poll_us if needed");
+  reject_unknown_fields(
+      root, "",
+      {"instance", "runtime_dir", "max_clients", "ring_bytes", "poll_us", "log_level",
+       "allowed_uids", "allowed_gids", "pools", "event_ring_slots", "max_clients_per_uid",
+       "max_pending_connections", "max_pending_per_uid", "attach_timeout_ms", "quota"});
   const Config defaults = default_config();
   Config c = defaults;
   if (auto it = root.find("instance"); it != root.end()) c.instance = read_string(*it, "instance");
@@ -270,9 +296,16 @@ Config read_config(const Json& root) {
   if (auto it = root.find("ring_bytes"); it != root.end()) {
     c.ring_bytes = read_uint(*it, "ring_bytes", std::numeric_limits<uint64_t>::max());
   }
-  if (auto it = root.find("spin_iterations"); it != root.end()) {
-    c.spin_iterations = read_u32(*it, "spin_iterations");
-  }
+  if (auto it = root.find("poll_us"); it != root.end()) c.poll_us = read_u32(*it, "poll_us");
+  if (auto it = root.find("max_clients_per_uid"); it != root.end())
+    c.max_clients_per_uid = read_u32(*it, "max_clients_per_uid");
+  if (auto it = root.find("max_pending_connections"); it != root.end())
+    c.max_pending_connections = read_u32(*it, "max_pending_connections");
+  if (auto it = root.find("max_pending_per_uid"); it != root.end())
+    c.max_pending_per_uid = read_u32(*it, "max_pending_per_uid");
+  if (auto it = root.find("attach_timeout_ms"); it != root.end())
+    c.attach_timeout_ms = read_u32(*it, "attach_timeout_ms");
+  if (auto it = root.find("quota"); it != root.end()) read_quota(*it, "quota", c.quota);
   if (auto it = root.find("log_level"); it != root.end()) {
     c.log_level = read_string(*it, "log_level");
   }
@@ -479,9 +512,33 @@ Status validate_config(const Config& c) {
                                           ".." + std::to_string(kMaxRingBytes) + " (got " +
                                           std::to_string(c.ring_bytes) + ")");
   }
-  if (c.spin_iterations > kMaxSpinIterations) {
-    return config_error("spin_iterations", "must be 0.." + std::to_string(kMaxSpinIterations) +
-                                               " (got " + std::to_string(c.spin_iterations) + ")");
+  if (c.poll_us > kMaxPollUs) {
+    return config_error("poll_us", "must be 0.." + std::to_string(kMaxPollUs) + " (got " +
+                                       std::to_string(c.poll_us) + ")");
+  }
+  if (c.max_clients_per_uid > c.max_clients) {
+    return config_error("max_clients_per_uid", "must be 0 (no cap) or at most max_clients (" +
+                                                   std::to_string(c.max_clients) + "), got " +
+                                                   std::to_string(c.max_clients_per_uid));
+  }
+  if (c.max_pending_connections < 1 || c.max_pending_per_uid < 1 ||
+      c.max_pending_per_uid > c.max_pending_connections) {
+    return config_error("max_pending_per_uid",
+                        "need 1 <= max_pending_per_uid <= max_pending_connections (got " +
+                            std::to_string(c.max_pending_per_uid) + " and " +
+                            std::to_string(c.max_pending_connections) + ")");
+  }
+  if (c.attach_timeout_ms < 10 || c.attach_timeout_ms > 600'000) {
+    return config_error("attach_timeout_ms",
+                        "must be 10..600000 (got " + std::to_string(c.attach_timeout_ms) + ")");
+  }
+  if (c.quota.max_refs_per_block < 1 ||
+      uint64_t{c.quota.max_refs_per_block} * c.max_clients >= (uint64_t{1} << 32)) {
+    return config_error("quota.max_refs_per_block",
+                        "must be at least 1 and max_clients x max_refs_per_block below 2^32, so "
+                        "that no reference count can wrap (got " +
+                            std::to_string(c.quota.max_refs_per_block) + " x " +
+                            std::to_string(c.max_clients) + ")");
   }
   if (std::find(kLogLevels.begin(), kLogLevels.end(), c.log_level) == kLogLevels.end()) {
     return config_error("log_level",
@@ -598,6 +655,8 @@ std::string config_to_json(const Config& c) {
     if (p.storage != shm::StorageKind::kHost || p.device != -1) pool["device"] = p.device;
     pool["num_blocks"] = p.layout.num_blocks;
     pool["max_holds"] = p.max_holds;
+    if (!p.allowed_uids.empty()) pool["allowed_uids"] = p.allowed_uids;
+    if (!p.allowed_gids.empty()) pool["allowed_gids"] = p.allowed_gids;
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},
@@ -609,12 +668,20 @@ std::string config_to_json(const Config& c) {
   root["runtime_dir"] = c.runtime_dir;
   root["max_clients"] = c.max_clients;
   root["ring_bytes"] = c.ring_bytes;
-  root["spin_iterations"] = c.spin_iterations;
+  root["poll_us"] = c.poll_us;
   root["log_level"] = c.log_level;
   root["allowed_uids"] = c.allowed_uids;
   root["allowed_gids"] = c.allowed_gids;
   root["pools"] = std::move(pools);
   root["event_ring_slots"] = c.event_ring_slots;
+  root["max_clients_per_uid"] = c.max_clients_per_uid;
+  root["max_pending_connections"] = c.max_pending_connections;
+  root["max_pending_per_uid"] = c.max_pending_per_uid;
+  root["attach_timeout_ms"] = c.attach_timeout_ms;
+  root["quota"] = Json{{"max_mutable_blocks", c.quota.max_mutable_blocks},
+                       {"max_references", c.quota.max_references},
+                       {"max_refs_per_block", c.quota.max_refs_per_block},
+                       {"max_priority", c.quota.max_priority}};
   // Replace rather than throw on invalid UTF-8: this may print a config built in code.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

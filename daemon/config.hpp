@@ -9,6 +9,7 @@
 
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
+#include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::daemon {
@@ -19,6 +20,10 @@ struct PoolConfig {
   int32_t device = -1;     // "device": CUDA ordinal, cuda pools only (>= 0)
   LayoutConfig layout{};   // "num_blocks" and "layout": {...}
   uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
+  // Who receives this pool's descriptors (on top of the instance's allow-lists); empty: all
+  // attached clients. A client outside them attaches but does not see the pool.
+  std::vector<uid_t> allowed_uids;
+  std::vector<gid_t> allowed_gids;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;
@@ -29,14 +34,24 @@ struct Config {
   std::string runtime_dir;           // "" -> default_runtime_dir()
   uint32_t max_clients = 64;         // 1..4096
   uint64_t ring_bytes = 256 * 1024;  // per ring, power of two, 4 KiB..64 MiB
-  uint32_t spin_iterations = 20000;  // engine spins this many empty polls before parking
-  std::string log_level = "info";    // trace|debug|info|warn|error|critical|off
-  std::vector<uid_t> allowed_uids;   // empty: any uid may attach (socket permissions apply)
-  std::vector<gid_t> allowed_gids;   // empty: any gid
+  // How long the engine keeps polling the rings (yielding the core between polls) after
+  // its last request before it parks on epoll, in microseconds; it polls only while
+  // requests have recently come closer together than this (DESIGN §4).
+  uint32_t poll_us = 50;
+  std::string log_level = "info";   // trace|debug|info|warn|error|critical|off
+  std::vector<uid_t> allowed_uids;  // empty: any uid may attach (socket permissions apply)
+  std::vector<gid_t> allowed_gids;  // empty: any gid
   std::vector<PoolConfig> pools;
   // Slots of the event ring in the control segment (64 bytes each): a power of two in
   // 2..2^24, or 0 for no ring (no events for kvpool-events or other tools).
   uint32_t event_ring_slots = 65536;
+
+  // Limits that keep one local user from starving the others (the trust boundary).
+  uint32_t max_clients_per_uid = 0;       // attached or attaching slots per uid; 0: max_clients
+  uint32_t max_pending_connections = 64;  // accepted sockets that have not said Hello
+  uint32_t max_pending_per_uid = 16;
+  uint32_t attach_timeout_ms = 5000;  // Hello to Ready (and accept to Hello)
+  pool::OwnerQuota quota;             // per client, in every pool ("quota": {...})
 
   friend bool operator==(const Config&, const Config&) = default;
 };

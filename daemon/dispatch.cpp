@@ -32,28 +32,56 @@ bool Dispatcher::answers(uint32_t type) {
 
 uint32_t Dispatcher::answer_type(uint32_t type) { return known(type) ? type : kUnknownAnswerType; }
 
-uint32_t Dispatcher::answer_capacity(uint32_t type, std::span<const std::byte> record) const {
-  if (!answers(type)) return 0;
-  proto::RequestHeader rq{};
-  if (record.size() >= sizeof(rq)) std::memcpy(&rq, record.data(), sizeof(rq));
-  const uint32_t max_refs = std::min(rq.count, refs_limit_);
+Dispatcher::Request Dispatcher::decode(uint32_t type, std::span<const std::byte> record) {
+  Request r;
+  r.type = type;
+  r.record = record;
+  r.has_header = record.size() >= sizeof(r.rq);
+  if (r.has_header) {
+    std::memcpy(&r.rq, record.data(), sizeof(r.rq));
+    r.items = record.data() + sizeof(r.rq);
+    r.item_bytes = record.size() - sizeof(r.rq);
+  } else {
+    r.items = record.data();
+  }
+  return r;
+}
+
+uint32_t Dispatcher::answer_capacity(const Request& r) const {
+  if (!answers(r.type)) return 0;
+  const uint32_t max_refs = std::min(r.rq.count, refs_limit_);
   return kHeaderBytes + max_refs * static_cast<uint32_t>(sizeof(pool::BlockRef)) +
          proto::kMaxErrorMessage;
 }
 
-Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
-                                         std::span<const std::byte> record,
-                                         std::span<std::byte> answer) {
-  proto::RequestHeader rq{};
+namespace {
+
+// The items of a record as T, in place when the engine's copy is aligned for T, else
+// copied into `spare` (records from fuzzers and tests may sit anywhere).
+template <class T>
+std::span<const T> items_as(const std::byte* items, uint32_t count, std::vector<T>& spare) {
+  if (count == 0) return {};
+  if (reinterpret_cast<uintptr_t>(items) % alignof(T) == 0)
+    return {reinterpret_cast<const T*>(items), count};
+  spare.resize(count);
+  std::memcpy(spare.data(), items, uint64_t{count} * sizeof(T));
+  return spare;
+}
+
+}  // namespace
+
+Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
+                                         std::span<std::byte> answer, uint32_t pools) {
+  const proto::RequestHeader& rq = req.rq;
+  const uint32_t type = req.type;
   Status st;
   const auto op = static_cast<proto::Opcode>(type);
   const bool answering = answers(type);
-  const uint64_t len = record.size();
-  if (len >= sizeof(rq)) std::memcpy(&rq, record.data(), sizeof(rq));
-  const std::byte* items = record.data() + (len >= sizeof(rq) ? sizeof(rq) : 0);
-  const uint64_t item_bytes = len >= sizeof(rq) ? len - sizeof(rq) : 0;
+  const uint64_t len = req.record.size();
+  const std::byte* items = req.items;
+  const uint64_t item_bytes = req.item_bytes;
 
-  const uint32_t capacity = answer_capacity(type, record);
+  const uint32_t capacity = answer_capacity(req);
   if (answering && answer.size() < capacity) {
     // A caller bug, not a client's: refuse to run a request whose answer cannot be written.
     return {ErrorCode::kInternal, 0};
@@ -62,6 +90,7 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
   auto* refs_out =
       answer.empty() ? nullptr : reinterpret_cast<pool::BlockRef*>(answer.data() + kHeaderBytes);
   uint32_t count_out = 0;
+  uint32_t rejected = 0;
 
   if (len < sizeof(rq)) {
     st = Status(ErrorCode::kProtocolError,
@@ -72,6 +101,10 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
     st = Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) +
                                                  " does not exist (" +
                                                  std::to_string(cores_.size()) + " pools)");
+  } else if (op != proto::Opcode::kPing && rq.pool < 32 && (pools & (1u << rq.pool)) == 0) {
+    st = Status(ErrorCode::kPermissionDenied,
+                "pool '" + cores_[rq.pool]->name() +
+                    "' is not open to this client (pools[].allowed_uids/allowed_gids)");
   } else if (op == proto::Opcode::kAllocate
                  ? item_bytes != 0
                  : item_bytes != uint64_t{rq.count} * proto::request_item_bytes(op)) {
@@ -90,16 +123,12 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
         if (st.is_ok()) count_out = rq.count;
         break;
       case proto::Opcode::kRegister: {
-        items_.resize(rq.count);
-        if (item_bytes > 0) std::memcpy(items_.data(), items, item_bytes);  // data() may be null
-        st = core->register_blocks(owner, items_, refs_out);
+        st = core->register_blocks(owner, items_as(items, rq.count, items_), refs_out);
         if (st.is_ok()) count_out = rq.count;
         break;
       }
       case proto::Opcode::kMatch: {
-        hashes_.resize(rq.count);
-        if (item_bytes > 0) std::memcpy(hashes_.data(), items, item_bytes);  // data() may be null
-        auto m = core->match(owner, hashes_, refs_out);
+        auto m = core->match(owner, items_as(items, rq.count, hashes_), refs_out);
         if (m) {
           count_out = *m;
         } else {
@@ -109,18 +138,19 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
       }
       case proto::Opcode::kReleaseMutable:
       case proto::Opcode::kReleaseImmutable: {
-        refs_.resize(rq.count);
-        if (item_bytes > 0) std::memcpy(refs_.data(), items, item_bytes);  // data() may be null
-        // Fire and forget: a bad handle is counted in the pool's rejected_handles.
-        (void)(op == proto::Opcode::kReleaseMutable ? core->release_mutable(owner, refs_)
-                                                    : core->release_immutable(owner, refs_));
+        // Fire and forget: a bad handle is counted in the pool's rejected_handles and in
+        // the outcome (the engine cuts off a client that keeps sending them).
+        const auto refs = items_as(items, rq.count, refs_);
+        (void)(op == proto::Opcode::kReleaseMutable
+                   ? core->release_mutable(owner, refs, &rejected)
+                   : core->release_immutable(owner, refs, &rejected));
         break;
       }
       case proto::Opcode::kPing:
         break;
     }
   }
-  if (!answering) return {st.code(), 0};
+  if (!answering) return {st.code(), 0, rejected};
 
   proto::ResponseHeader rh{};
   rh.correlation_id = rq.correlation_id;
@@ -130,7 +160,7 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, uint32_t type,
   rh.message_len = static_cast<uint32_t>(std::min<size_t>(st.message().size(), capacity - used));
   std::memcpy(answer.data(), &rh, sizeof(rh));
   std::memcpy(answer.data() + used, st.message().data(), rh.message_len);
-  return {st.code(), used + rh.message_len};
+  return {st.code(), used + rh.message_len, rejected};
 }
 
 }  // namespace kvpool::daemon

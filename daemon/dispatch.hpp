@@ -36,28 +36,53 @@ class Dispatcher {
   // The response record type of the answer to a record of `type`.
   static uint32_t answer_type(uint32_t type);
 
+  // One record with its header decoded, once: the engine sizes the answer and runs the
+  // request from the same decoding (the record is the engine's private copy).
+  struct Request {
+    uint32_t type = 0;
+    bool has_header = false;  // the record is at least a RequestHeader long
+    proto::RequestHeader rq{};
+    std::span<const std::byte> record;
+    const std::byte* items = nullptr;  // after the header
+    uint64_t item_bytes = 0;
+  };
+  static Request decode(uint32_t type, std::span<const std::byte> record);
+
   // Most BlockRefs one answer can carry; larger batches are refused (kInvalidArgument).
   uint32_t refs_limit() const { return refs_limit_; }
   // Bytes to reserve for the answer to this record before dispatching it (0: no answer).
   // Reserved first because once the pool changed, the answer must fit.
-  uint32_t answer_capacity(uint32_t type, std::span<const std::byte> record) const;
+  uint32_t answer_capacity(const Request& r) const;
+  uint32_t answer_capacity(uint32_t type, std::span<const std::byte> record) const {
+    return answer_capacity(decode(type, record));
+  }
 
   struct Outcome {
     ErrorCode code = ErrorCode::kOk;  // kProtocolError: a malformed record
     uint32_t answer_bytes = 0;        // header + refs + message written to `answer`
+    uint32_t rejected = 0;            // handles a release refused (stale, foreign, unknown)
   };
+  // Every pool (the default): a client that may use all of them.
+  static constexpr uint32_t kAllPools = 0xFFFFFFFFu;
   // Validates and runs one record of client `owner` (its slot; < every core's
-  // max_owners). `answer` must hold at least answer_capacity(type, record) bytes when the
-  // record answers; it is left alone otherwise.
+  // max_owners). `pools` has bit i set when the client may use pool i (per-pool
+  // allow-lists); others answer kPermissionDenied. `answer` must hold at least
+  // answer_capacity(type, record) bytes when the record answers; it is left alone otherwise.
+  // A `record` that is 8-byte aligned is read in place (the engine's private copy: the one
+  // copy out of the client's ring); a misaligned one (fuzzers) is copied first.
+  Outcome dispatch(uint32_t owner, const Request& r, std::span<std::byte> answer,
+                   uint32_t pools = kAllPools);
   Outcome dispatch(uint32_t owner, uint32_t type, std::span<const std::byte> record,
-                   std::span<std::byte> answer);
+                   std::span<std::byte> answer, uint32_t pools = kAllPools) {
+    return dispatch(owner, decode(type, record), answer, pools);
+  }
 
  private:
   std::vector<pool::PoolCore*> cores_;
   uint32_t refs_limit_ = 0;
   // Copies of the payload's items, aligned for the pool core (records are only 8-aligned
   // and live in memory the client can still write).
-  std::vector<pool::RegisterItem> items_;
+  std::vector<pool::RegisterItem> items_;  // only for misaligned records
   std::vector<uint64_t> hashes_;
   std::vector<pool::BlockRef> refs_;
 };

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/liveness.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
@@ -32,11 +33,14 @@ constexpr uint64_t tag(Kind k, uint32_t i) { return (static_cast<uint64_t>(k) <<
 
 // A client that sends this many malformed records is cut off: it is broken or hostile.
 constexpr uint32_t kMaxProtocolErrors = 64;
+// ... and one whose releases name this many handles it does not hold.
+constexpr uint64_t kMaxRejectedHandles = 65536;
+// Engine time one client may take in one round before the others get their turn.
+constexpr uint64_t kDrainTimeNs = 500'000;
 // Records drained from one client before the engine moves to the next (fairness).
 constexpr uint32_t kDrainBudget = 32;
 // How long the engine parks at most: bounds suspect re-checks and watchdog pings.
 constexpr int kTickMs = 100;
-constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;
 constexpr uint64_t kEventPollNs = 100'000;
 constexpr uint64_t kPeriodicNs = 50'000'000;
 
@@ -67,9 +71,21 @@ void copy_name(char (&dst)[shm::kNameBytes], const std::string& src) {
 
 Status make_runtime_dir(const std::string& dir) {
   std::error_code ec;
+  const bool shared_tmp = dir.rfind("/tmp/", 0) == 0;
+  if (shared_tmp && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return io_error("cannot create runtime_dir " + dir, errno);
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return Status(ErrorCode::kIoError, "cannot create runtime_dir " + dir + ": " + ec.message());
+  // In world-writable /tmp another user may have made the directory first, to serve a fake
+  // daemon to our clients or to read theirs: use it only if it is ours and private.
+  struct stat st {};
+  if (shared_tmp && (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+                     st.st_uid != ::geteuid() || (st.st_mode & 022) != 0))
+    return Status(ErrorCode::kPermissionDenied,
+                  "runtime_dir " + dir + " exists but is not a private directory of uid " +
+                      std::to_string(::geteuid()) +
+                      " (another user may have created it); remove it or set runtime_dir");
   return Status::ok();
 }
 
@@ -85,8 +101,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& config) {
 
 Engine::~Engine() {
   if (!created_) return;
-  for (auto& p : pools_) p.storage.remove();
-  (void)shm::Segment::unlink(control_segment_name(config_.instance));
+  // The segments are memfds: they go with the last descriptor. Only the socket has a name.
   if (listen_fd_) ::unlink(socket_path_.c_str());
 }
 
@@ -96,26 +111,14 @@ Status Engine::init() {
   socket_path_ = socket_path(runtime_dir_, config_.instance);
 
   // A live daemon on this instance answers its socket: refuse to replace it. A dead one
-  // left a socket file and segments behind: replace them.
+  // left at most a socket file (its segments are memfds and died with it): replace it.
   if (auto probe = shm::connect_unix(socket_path_); probe.is_ok()) {
     return Status(ErrorCode::kResourceExhausted,
                   "instance '" + config_.instance + "' is already served by a running kvpoold (" +
                       socket_path_ + " answers); stop it or pick another instance");
   }
-  if (auto old = shm::Segment::open(control_segment_name(config_.instance), false); old.is_ok()) {
-    auto* h = old->as<shm::ControlHeader>();
-    if (old->size() >= sizeof(shm::ControlHeader) && h->magic == shm::kControlMagic &&
-        h->daemon_pid > 0 && ::kill(static_cast<pid_t>(h->daemon_pid), 0) == 0 &&
-        h->daemon_pid != getpid() &&
-        h->state.load(std::memory_order_acquire) ==
-            static_cast<uint32_t>(shm::DaemonState::kReady)) {
-      return Status(ErrorCode::kResourceExhausted,
-                    "instance '" + config_.instance + "' is served by kvpoold pid " +
-                        std::to_string(h->daemon_pid) + " (another runtime_dir?)");
-    }
-    spdlog::warn("replacing stale segments of instance '{}' (daemon pid {} is gone)",
-                 config_.instance, h->daemon_pid);
-  }
+  if (struct stat st{}; ::lstat(socket_path_.c_str(), &st) == 0)
+    spdlog::warn("replacing the stale socket {} of a daemon that is gone", socket_path_);
   created_ = true;
 
   // Control segment: header | slots | pool infos | arenas.
@@ -141,7 +144,9 @@ Status Engine::init() {
   const uint64_t ring_len =
       config_.event_ring_slots != 0 ? shm::event_ring_bytes(config_.event_ring_slots) : 0;
   off = shm::align_up(off + ring_len, 4096);
-  auto ctl = shm::Segment::create(control_segment_name(config_.instance), off, 0640);
+  // An unnamed, size-sealed memfd, mode 0600: nobody opens it by name (no /dev/shm entry
+  // to squat or read), and clients get a read-only descriptor over the socket.
+  auto ctl = shm::Segment::create_anonymous(control_segment_name(config_.instance), off);
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
   auto* base = control_.as<char>();
@@ -195,7 +200,11 @@ Status Engine::init() {
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
-  for (auto& p : pools_) p.core.set_event_sink(events_.get());
+  for (auto& p : pools_) {
+    p.core.set_event_sink(events_.get());
+    if (Status q = p.core.set_quota(config_.quota); !q.is_ok())
+      return Status(ErrorCode::kConfigError, "quota: " + q.message());
+  }
   sessions_.resize(config_.max_clients);
   for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
 
@@ -243,7 +252,7 @@ Status Engine::run(const EngineHooks& hooks) {
                  Layout::create(p.config.layout)->block_bytes(), p.storage.describe());
   if (hooks.ready) hooks.ready();
 
-  uint32_t idle = 0;
+  const uint64_t poll_ns = uint64_t{config_.poll_us} * 1000;
   uint64_t loops = 0;
   while (!stopping_) {
     ++loops;
@@ -254,12 +263,18 @@ Status Engine::run(const EngineHooks& hooks) {
       if (s.ready && s.state == SlotState::kAttached) worked |= drain(s, kDrainBudget);
     }
     rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
-    if (worked || ++idle < config_.spin_iterations) {
-      if (worked) {
-        idle = 0;
-      } else {
-        shm::cpu_relax();
-      }
+    const uint64_t t = now_ns(CLOCK_MONOTONIC);
+    if (worked) {
+      note_request(t);
+      if ((loops & 15) == 0) service(hooks);
+      continue;
+    }
+    // Poll on (yielding the core between passes) only while requests come closer together
+    // than the poll budget: then the next one is likely to land while we look, and catching
+    // it costs neither side a wake-up. At an engine's cadence (a call every few ms) polling
+    // would only burn the core a woken client needs; park at once instead.
+    if (poll_ns > 0 && gap_avg_ns_ < poll_ns && t - last_request_ns_ < poll_ns) {
+      shm::yield_core();
       if ((loops & 15) == 0) service(hooks);
       continue;
     }
@@ -273,7 +288,6 @@ Status Engine::run(const EngineHooks& hooks) {
       handle_events(kTickMs);
     }
     ctl_->daemon_sleeping.store(0, std::memory_order_relaxed);
-    idle = 0;
     service(hooks);
   }
   shutdown();
@@ -306,6 +320,14 @@ void Engine::service(const EngineHooks& hooks) {
   }
 }
 
+// A pass found work at `t`: fold the gap since the previous one into a moving average
+// (1/8 weight; gaps over a second count as a second, so one long pause is forgotten fast).
+void Engine::note_request(uint64_t t) {
+  const uint64_t gap = std::min<uint64_t>(t - last_request_ns_, 1'000'000'000ull);
+  gap_avg_ns_ = gap_avg_ns_ - gap_avg_ns_ / 8 + gap / 8;
+  last_request_ns_ = t;
+}
+
 bool Engine::any_request_pending() {
   for (auto& s : sessions_) {
     if (!s.ready || s.state != SlotState::kAttached || s.backpressured) continue;
@@ -321,14 +343,30 @@ void Engine::periodic() {
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)
     if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");
+  const uint64_t attach_ns = uint64_t{config_.attach_timeout_ms} * 1'000'000;
   // Connections that never said Hello.
   for (size_t i = 0; i < pending_.size();) {
-    if (t - pending_[i].accepted_ns > kHelloTimeoutNs) {
-      spdlog::warn("dropping a connection that sent no hello within 5 s");
+    if (t - pending_[i].accepted_ns > attach_ns) {
+      spdlog::warn("dropping a connection of uid {} that sent no hello within {} ms",
+                   pending_[i].uid, config_.attach_timeout_ms);
       pending_.erase(pending_.begin() + static_cast<long>(i));
     } else {
       ++i;
     }
+  }
+  // Clients welcomed that never said Ready: each holds a slot and a segment.
+  for (auto& s : sessions_)
+    if (s.state == SlotState::kAttaching && t - s.hello_mono_ns > attach_ns)
+      end_session(s, false,
+                  "no Ready within attach_timeout_ms (" +
+                      std::to_string(config_.attach_timeout_ms) + " ms)");
+  // EMFILE back-off over: listen again.
+  if (accept_paused_until_ns_ != 0 && t >= accept_paused_until_ns_) {
+    accept_paused_until_ns_ = 0;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag(kListen, 0);
+    ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
   }
 }
 
@@ -379,16 +417,57 @@ void Engine::accept_clients() {
   while (true) {
     auto c = shm::accept_unix(listen_fd_.get());
     if (!c) {
-      spdlog::warn("accept: {}", c.status().to_string());
+      // EMFILE/ENFILE leave the connection queued and the listen fd readable: retrying at
+      // once would spin the engine. Stop listening for a while instead.
+      pause_accepting(c.status().to_string());
       return;
     }
     if (!c.value()) return;  // EAGAIN
+    auto cred = shm::peer_credentials(c->get());
+    const uid_t uid = cred ? cred->uid : static_cast<uid_t>(-1);
+    if (!admit_pending(c->get(), uid)) continue;  // closed by the UniqueFd
     int fd = c->get();
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = tag(kPending, static_cast<uint32_t>(fd));
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) continue;
-    pending_.push_back(Pending{std::move(c.value()), now_ns(CLOCK_MONOTONIC)});
+    pending_.push_back(Pending{std::move(c.value()), now_ns(CLOCK_MONOTONIC), uid});
+  }
+}
+
+// Connections that have not said Hello cost an fd each and may come from anyone who can
+// reach the socket: cap them in total and per uid, so one user cannot starve the others.
+bool Engine::admit_pending(int fd, uid_t uid) {
+  const size_t mine = static_cast<size_t>(std::count_if(
+      pending_.begin(), pending_.end(), [uid](const Pending& p) { return p.uid == uid; }));
+  std::string why;
+  if (pending_.size() >= config_.max_pending_connections) {
+    why = "already " + std::to_string(pending_.size()) +
+          " connections wait for their hello (max_pending_connections)";
+  } else if (mine >= config_.max_pending_per_uid) {
+    why = "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
+          " connections waiting for their hello (max_pending_per_uid)";
+  }
+  if (why.empty()) return true;
+  refuse(fd, ErrorCode::kResourceExhausted, why);
+  return false;
+}
+
+void Engine::pause_accepting(const std::string& why) {
+  constexpr uint64_t kPauseNs = 100'000'000;
+  const uint64_t t = now_ns(CLOCK_MONOTONIC);
+  if (accept_paused_until_ns_ == 0)
+    ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+  accept_paused_until_ns_ = t + kPauseNs;
+  bump(ctl_->stats.refused_attaches, 1);
+  // One line a second at most, however hard someone pushes.
+  if (t - accept_log_ns_ >= 1'000'000'000ull) {
+    spdlog::warn("accept: {}; not accepting for 100 ms ({} similar messages suppressed)", why,
+                 accept_log_suppressed_);
+    accept_log_ns_ = t;
+    accept_log_suppressed_ = 0;
+  } else {
+    ++accept_log_suppressed_;
   }
 }
 
@@ -400,7 +479,11 @@ void Engine::refuse(int fd, ErrorCode code, const std::string& message) {
   std::memcpy(r.message, message.data(), std::min(message.size(), sizeof(r.message) - 1));
   (void)shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
   bump(ctl_->stats.refused_attaches, 1);
-  spdlog::warn("refused a client: {}", message);
+  const uint64_t t = now_ns(CLOCK_MONOTONIC);
+  if (t - accept_log_ns_ >= 100'000'000ull) {  // at most ten lines a second
+    spdlog::warn("refused a client: {}", message);
+    accept_log_ns_ = t;
+  }
 }
 
 void Engine::on_pending_readable(size_t index) {
@@ -476,6 +559,17 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
 
+  if (config_.max_clients_per_uid != 0) {
+    const auto mine = std::count_if(sessions_.begin(), sessions_.end(), [&](const Session& s) {
+      return s.state != SlotState::kFree && s.uid == cred->uid;
+    });
+    if (static_cast<uint64_t>(mine) >= config_.max_clients_per_uid) {
+      refuse(sock.get(), ErrorCode::kResourceExhausted,
+             "uid " + std::to_string(cred->uid) + " already holds " + std::to_string(mine) +
+                 " client slots of instance '" + config_.instance + "' (max_clients_per_uid)");
+      return;
+    }
+  }
   auto free_it = std::find_if(sessions_.begin(), sessions_.end(),
                               [](const Session& s) { return s.state == SlotState::kFree; });
   if (free_it == sessions_.end()) {
@@ -515,10 +609,14 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
   std::vector<int> fds{ro->get(), segfd->get(), bell.get()};
-  // Then, in pool order, a data fd for each pool whose storage travels as one (host pools;
-  // device pools publish their CUDA IPC handle in PoolInfo): proto::welcome_carries_fd.
+  // Then, in pool order, a data fd for each pool this client may use whose storage travels
+  // as one (host pools; device pools publish their CUDA IPC handle in PoolInfo):
+  // proto::welcome_carries_fd. Pools closed to it by their allow-lists send nothing.
+  const uint32_t pool_mask = pool_mask_for(cred->uid, cred->gid);
   std::vector<UniqueFd> pool_fds;
-  for (auto& p : pools_) {
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    auto& p = pools_[i];
+    if ((pool_mask & (1u << i)) == 0) continue;
     auto d = p.storage.client_fd();
     if (!d) {
       refuse(sock.get(), ErrorCode::kInternal, d.status().message());
@@ -531,6 +629,7 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   w.slot = s.slot;
   w.generation = s.generation + 1;
   w.num_fds = static_cast<uint32_t>(fds.size());
+  w.pool_mask = pool_mask;
   w.ring_capacity = config_.ring_bytes;
   if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
       !sent.is_ok()) {
@@ -551,7 +650,14 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   s.uid = cred->uid;
   s.gid = cred->gid;
   s.attach_ns = now_ns(CLOCK_REALTIME);
+  s.hello_mono_ns = now_ns(CLOCK_MONOTONIC);
+  s.pool_mask = pool_mask;
   s.protocol_errors = 0;
+  s.rejected_handles = 0;
+  // A new client starts from zero, not from its slot's previous owner's counters.
+  slots_info_[s.slot].requests.store(0, std::memory_order_relaxed);
+  slots_info_[s.slot].protocol_errors.store(0, std::memory_order_relaxed);
+  slots_info_[s.slot].rejected_handles.store(0, std::memory_order_relaxed);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = tag(kSock, s.slot);
@@ -562,6 +668,18 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   publish_slot(s);
 }
 
+uint32_t Engine::pool_mask_for(uid_t uid, gid_t gid) const {
+  auto allowed = [](const auto& list, auto v) {
+    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+  };
+  uint32_t mask = 0;
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    const PoolConfig& pc = pools_[i].config;
+    if (allowed(pc.allowed_uids, uid) && allowed(pc.allowed_gids, gid)) mask |= 1u << i;
+  }
+  return mask;
+}
+
 void Engine::on_session_socket(uint32_t slot, uint32_t events) {
   if (slot >= sessions_.size()) return;
   Session& s = sessions_[slot];
@@ -569,7 +687,11 @@ void Engine::on_session_socket(uint32_t slot, uint32_t events) {
   if (events & EPOLLIN) {
     alignas(8) std::byte buf[64];
     auto n = shm::recv_message(s.sock.get(), buf, nullptr, 0);
-    if (n && *n == sizeof(proto::Ready) && !s.ready) {
+    if (!n) {  // too long, or carrying descriptors: a client that breaks the protocol
+      disconnect(s, "malformed message on the socket: " + n.status().message());
+      return;
+    }
+    if (*n == sizeof(proto::Ready) && !s.ready) {
       proto::Ready r;
       std::memcpy(&r, buf, sizeof(r));
       if (r.magic == proto::kHelloMagic && r.type == proto::MsgType::kReady) {
@@ -577,7 +699,7 @@ void Engine::on_session_socket(uint32_t slot, uint32_t events) {
         return;
       }
     }
-    if (n && *n > 0) {
+    if (*n > 0) {
       disconnect(s, "unexpected message on the socket");
       return;
     }
@@ -598,45 +720,34 @@ void Engine::on_ready(Session& s) {
   spdlog::info("client attached: slot {} gen {} pid {} uid {}", s.slot, s.generation, s.pid, s.uid);
 }
 
-// Decides whether a client that hung up (or whose process exited) is gone. Its lease
-// mutex is the proof: we can take it only if its holder unlocked it (clean detach) or died
-// (EOWNERDEAD). A lease still held means a live client: it is flagged, never reclaimed.
+// Decides whether a client that hung up (or whose process exited) is gone, from the pidfd
+// and one atomic load of its lease word (daemon/liveness.hpp); never a pthread call on the
+// client's memory. A live client keeps its blocks: it is flagged suspect and re-checked.
 void Engine::check_liveness(Session& s, const char* why) {
   liveness_check_ns_ = now_ns(CLOCK_MONOTONIC);
   if (!s.ready) {
     end_session(s, false, std::string(why) + " before attach completed");
     return;
   }
-  shm::LockResult r = shm::try_lock(s.header->lease);
-  switch (r) {
-    case shm::LockResult::kAcquired:
-      (void)shm::unlock(s.header->lease);
-      end_session(s, false, why);
+  const Judgement j = judge(s.pidfd.get(), s.pid, shm::peek(s.header->lease));
+  switch (j.verdict) {
+    case Verdict::kDied:
+      end_session(s, true, std::string(why) + ": " + j.reason);
       return;
-    case shm::LockResult::kOwnerDied:
-      (void)shm::unlock(s.header->lease);
-      end_session(s, true, why);
+    case Verdict::kDetached:
+      end_session(s, false, std::string(why) + ": " + j.reason);
       return;
-    case shm::LockResult::kBusy:
+    case Verdict::kAlive:
       if (s.state != SlotState::kSuspect) {
-        spdlog::warn(
-            "client slot {} pid {}: {} but its lease is held; not reclaiming a live client", s.slot,
-            s.pid, why);
+        spdlog::warn("client slot {} pid {}: {} but {}; not reclaiming a live client", s.slot,
+                     s.pid, why, j.reason);
         s.state = SlotState::kSuspect;
+        // Its socket has hung up and would stay readable forever in the level-triggered set;
+        // the pidfd (still watched) and the periodic re-check decide from here on.
+        if (s.sock) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.sock.get(), nullptr);
         publish_slot(s);
       }
       return;
-    default: {
-      // A lease the client scribbled over proves nothing; its exited process does.
-      pollfd pfd{s.pidfd.get(), POLLIN, 0};
-      if (::poll(&pfd, 1, 0) == 1) {
-        end_session(s, true, std::string(why) + " (lease unusable, process gone)");
-      } else if (s.state != SlotState::kSuspect) {
-        s.state = SlotState::kSuspect;
-        publish_slot(s);
-      }
-      return;
-    }
   }
 }
 
@@ -672,6 +783,17 @@ void Engine::end_session(Session& s, bool died, const std::string& why) {
 void Engine::disconnect(Session& s, const std::string& why) {
   spdlog::warn("disconnecting client slot {} pid {}: {}", s.slot, s.pid, why);
   bump(ctl_->stats.disconnects, 1);
+  // Say why before hanging up, so the client reports kDisconnected with the reason
+  // rather than guessing that the daemon died.
+  if (s.sock) {
+    proto::Refusal r{};
+    r.magic = proto::kHelloMagic;
+    r.type = proto::MsgType::kDisconnect;
+    r.code = static_cast<uint16_t>(ErrorCode::kDisconnected);
+    const std::string text = "kvpoold disconnected this client: " + why;
+    std::memcpy(r.message, text.data(), std::min(text.size(), sizeof(r.message) - 1));
+    (void)shm::send_message(s.sock.get(), std::as_bytes(std::span(&r, 1)));
+  }
   // Cutting the socket is what the client notices (its calls then fail); its blocks are
   // returned now, since it can no longer use them through us.
   end_session(s, false, "disconnected: " + why);
@@ -691,6 +813,7 @@ void Engine::publish_slot(const Session& s) {
 bool Engine::drain(Session& s, uint32_t budget) {
   bool worked = false;
   uint64_t t_start = 0;  // read only once a record is there: an empty ring costs no clock
+  uint64_t t_round = 0;
   for (uint32_t k = 0; k < budget; ++k) {
     auto r = s.requests->poll();
     if (!r) {
@@ -699,7 +822,7 @@ bool Engine::drain(Session& s, uint32_t budget) {
     }
     if (r->empty()) break;
     // Copy once: the client may keep writing its ring while we work.
-    if (t_start == 0) t_start = now_ns(CLOCK_MONOTONIC);
+    if (t_start == 0) t_round = t_start = now_ns(CLOCK_MONOTONIC);
     uint32_t len = r->payload_len;
     std::memcpy(scratch_.data(), r->payload, len);
     if (process(s, r->type, scratch_.data(), len) == Outcome::kBackpressure) {
@@ -716,6 +839,7 @@ bool Engine::drain(Session& s, uint32_t budget) {
     if (s.state == SlotState::kFree) return true;  // disconnected while processing
     s.requests->consume();
     worked = true;
+    if (t_end - t_round > kDrainTimeNs) break;  // the others' turn
   }
   return worked;
 }
@@ -723,10 +847,11 @@ bool Engine::drain(Session& s, uint32_t budget) {
 Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payload, uint32_t len) {
   bump(ctl_->stats.requests, 1);
   bump(slots_info_[s.slot].requests, 1);
-  const std::span<const std::byte> record(payload, len);
+  // The header is decoded once, from our private copy of the record.
+  const Dispatcher::Request req = Dispatcher::decode(type, {payload, len});
   // Room for the largest answer first: once the pool changed, the answer must fit.
   // Answers fit one response record by construction: header + refs + room for a message.
-  const uint32_t answer_bytes = dispatcher_.answer_capacity(type, record);
+  const uint32_t answer_bytes = dispatcher_.answer_capacity(req);
   std::span<std::byte> answer;
   if (answer_bytes > 0) {
     auto claim = s.responses->try_claim(Dispatcher::answer_type(type), answer_bytes);
@@ -737,7 +862,18 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     if (*claim == nullptr) return Outcome::kBackpressure;  // the client is not reading yet
     answer = {static_cast<std::byte*>(*claim), answer_bytes};
   }
-  const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, type, record, answer);
+  const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, req, answer, s.pool_mask);
+  if (done.rejected != 0) {
+    s.rejected_handles += done.rejected;
+    bump(slots_info_[s.slot].rejected_handles, done.rejected);
+    // A worker releases only what it was given; one that keeps releasing handles it does
+    // not hold is broken or hostile, and each costs the engine a look-up.
+    if (s.rejected_handles > kMaxRejectedHandles) {
+      disconnect(s, "more than " + std::to_string(kMaxRejectedHandles) +
+                        " release handles refused (stale, foreign or unknown)");
+      return Outcome::kDone;
+    }
+  }
   if (done.code == ErrorCode::kProtocolError) {
     bump(ctl_->stats.protocol_errors, 1);
     bump(slots_info_[s.slot].protocol_errors, 1);

@@ -51,12 +51,16 @@ class Engine {
   struct Pending {  // a connection that has not said Hello yet
     shm::UniqueFd sock;
     uint64_t accepted_ns;
+    uid_t uid;
   };
 
   explicit Engine(Config config) : config_(std::move(config)) {}
   Status init();
   void handle_events(int timeout_ms);
   void accept_clients();
+  bool admit_pending(int fd, uid_t uid);  // caps on not-yet-attached connections
+  void pause_accepting(const std::string& why);
+  uint32_t pool_mask_for(uid_t uid, gid_t gid) const;
   void on_pending_readable(size_t index);
   void on_session_socket(uint32_t slot, uint32_t events);
   void on_hello(shm::UniqueFd sock, const void* msg, size_t len);
@@ -70,6 +74,7 @@ class Engine {
   enum class Outcome { kDone, kBackpressure };
   Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
   bool any_request_pending();
+  void note_request(uint64_t t);
   void periodic();
   void service(const EngineHooks& hooks);
   void publish_slot(const Session& s);
@@ -91,6 +96,13 @@ class Engine {
   std::vector<std::byte> scratch_;  // a copy of the request payload being processed
   Dispatcher dispatcher_;           // validates and runs ring records against the pools' cores
   uint64_t last_periodic_ns_ = 0;
+  uint64_t accept_paused_until_ns_ = 0;  // EMFILE: the listen fd is out of epoll until then
+  uint64_t accept_log_ns_ = 0;           // rate limit of accept warnings
+  uint64_t accept_log_suppressed_ = 0;
+  // The wait protocol (DESIGN §4): when the last request came, and a moving average of
+  // the gap between requests, which decides whether polling after an answer can pay.
+  uint64_t last_request_ns_ = 0;
+  uint64_t gap_avg_ns_ = 0;
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;

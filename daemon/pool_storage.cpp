@@ -27,7 +27,9 @@ Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolC
   s.device_ = pool.device;
   switch (pool.storage) {
     case shm::StorageKind::kHost: {
-      auto seg = shm::Segment::create(pool_segment_name(instance, pool.name), s.bytes_, 0660);
+      // A sealed memfd: clients get a descriptor over the socket and can neither open it by
+      // name nor resize it (an ftruncate would SIGBUS every worker mapping it).
+      auto seg = shm::Segment::create_anonymous(pool_segment_name(instance, pool.name), s.bytes_);
       if (!seg) return named(pool, s.bytes_, seg.status());
       s.host_ = std::move(seg.value());
       return s;
@@ -70,14 +72,13 @@ Result<shm::UniqueFd> PoolStorage::client_fd() const {
 }
 
 void PoolStorage::remove() const {
-  if (kind_ == shm::StorageKind::kHost && !host_.name().empty())
-    (void)shm::Segment::unlink(host_.name());
+  // Host pools are memfds: they go with their last descriptor. Nothing has a name.
 }
 
 std::string PoolStorage::describe() const {
   if (kind_ == shm::StorageKind::kCuda)
     return "cuda device " + std::to_string(device_) + " (" + cuda::uuid_string(slab_.uuid()) + ")";
-  return "host shm " + host_.name();
+  return "host memfd " + host_.name();
 }
 
 }  // namespace kvpool::daemon

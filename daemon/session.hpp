@@ -30,9 +30,12 @@ struct Session {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
-  uint64_t attach_ns = 0;
+  uint64_t attach_ns = 0;      // CLOCK_REALTIME, for kvpoolctl
+  uint64_t hello_mono_ns = 0;  // CLOCK_MONOTONIC of the Welcome: bounds the wait for Ready
+  uint32_t pool_mask = 0;      // pools this client may use (proto::Welcome::pool_mask)
   uint32_t protocol_errors = 0;
-  bool backpressured = false;  // its response ring was full at the last attempt
+  uint64_t rejected_handles = 0;  // refused release handles; too many cut the client off
+  bool backpressured = false;     // its response ring was full at the last attempt
 };
 
 }  // namespace kvpool::daemon

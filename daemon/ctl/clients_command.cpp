@@ -60,6 +60,7 @@ nlohmann::json clients_json(const ctl::ControlView& v) {
                    {"state", ctl::slot_state_name(state)},
                    {"requests", rl(si.requests)},
                    {"protocol_errors", rl(si.protocol_errors)},
+                   {"rejected_handles", rl(si.rejected_handles)},
                    {"blocks_held", mutable_blocks + held_blocks},
                    {"mutable_blocks", mutable_blocks},
                    {"registered_blocks_held", held_blocks},

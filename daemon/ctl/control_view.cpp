@@ -60,8 +60,9 @@ SlotHoldings slot_holdings(const pool::PoolCore& pool, uint32_t slot) {
 
 const shm::LatencyHistogram* request_latency(const ControlView& v) {
   const shm::ControlHeader& h = *v.header;
-  if (h.layout_minor < 2 || h.header_bytes < offsetof(shm::ControlHeader, request_latency) +
-                                                 sizeof(shm::LatencyHistogram))
+  // Every layout-2 header has it; the size check guards against a short header only.
+  if (h.header_bytes <
+      offsetof(shm::ControlHeader, request_latency) + sizeof(shm::LatencyHistogram))
     return nullptr;
   return &h.request_latency;
 }

@@ -44,11 +44,10 @@ Result<std::unique_ptr<DaemonAttachment>> DaemonAttachment::attach(const std::st
                       std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor) +
                       ", kvpool-events " + std::to_string(shm::kLayoutMajor) + "." +
                       std::to_string(shm::kLayoutMinor));
-  if (h.layout_minor < 1 || h.event_ring_offset == 0)
-    return Status(ErrorCode::kUnsupported,
-                  "kvpoold of instance '" + instance +
-                      "' has no event ring (\"event_ring_slots\": 0 in its config, or a daemon "
-                      "older than layout 1.1)");
+  if (h.event_ring_offset == 0)
+    return Status(ErrorCode::kUnsupported, "kvpoold of instance '" + instance +
+                                               "' has no event ring (\"event_ring_slots\": 0 in "
+                                               "its config)");
   if (h.pools_offset + uint64_t{h.num_pools} * sizeof(shm::PoolInfo) > size ||
       h.event_ring_offset + h.event_ring_bytes > size)
     return Status(ErrorCode::kProtocolError, "control segment offsets lie outside the segment");

@@ -43,7 +43,9 @@ Status MutableBlock::init_sequence(Salt salt, std::optional<SequenceHash> parent
   return state_.init_sequence(salt, parent);
 }
 Status MutableBlock::add_token(Token token) { return state_.add_token(token); }
-Result<size_t> MutableBlock::add_tokens(std::span<const Token> tokens) { return state_.add_tokens(tokens); }
+Result<size_t> MutableBlock::add_tokens(std::span<const Token> tokens) {
+  return state_.add_tokens(tokens);
+}
 Status MutableBlock::pop_token() { return state_.pop_token(); }
 Status MutableBlock::pop_tokens(size_t n) { return state_.pop_tokens(n); }
 Status MutableBlock::commit() { return state_.commit(); }
@@ -61,7 +63,7 @@ uint32_t ImmutableBlock::pool_index() const { return state_ ? state_->pool : 0; 
 
 Result<const std::byte*> ImmutableBlock::address(uint32_t layer, uint32_t outer) const {
   if (!state_) return Status(ErrorCode::kInvalidState, "empty ImmutableBlock");
-  auto a = state_->client->address(state_->pool, state_->ref.id, layer, outer);
+  auto a = state_->client->address(state_->pool, state_->ref.id, layer, outer, /*readonly=*/true);
   if (!a) return a.status();
   return static_cast<const std::byte*>(*a);
 }

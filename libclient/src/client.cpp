@@ -1,5 +1,7 @@
 #include "kvpool/client.hpp"
 
+#include <unistd.h>
+
 #include "client_impl.hpp"
 
 namespace kvpool {
@@ -46,6 +48,44 @@ class PoolAccess {
 
 namespace {
 
+// Owned by an async call's deferred task, so it dies with a future dropped unread: then
+// the answer's blocks go back to the daemon when it arrives (Connection::abandon) instead
+// of staying held, or active and never evictable, until the client exits. get() disarms it.
+struct AnswerGuard {
+  std::shared_ptr<ClientImpl> c;
+  uint64_t corr = 0;
+  uint32_t pool = 0;
+  bool immutable = false;
+  std::shared_ptr<std::vector<MutableBlock>> handed_over;  // register: the caller's blocks
+  bool armed = false;
+  AnswerGuard() = default;
+  AnswerGuard(const AnswerGuard&) = delete;
+  AnswerGuard& operator=(const AnswerGuard&) = delete;
+  ~AnswerGuard() {
+    if (!armed) return;
+    std::vector<pool::BlockRef> mine;
+    if (handed_over) {
+      for (auto& b : *handed_over) {
+        mine.push_back({b.block_id(), b.generation()});
+        PoolAccess::forget(b);  // the answer decides who releases them
+      }
+    }
+    c->conn->abandon(corr, pool, immutable, std::move(mine));
+  }
+};
+
+std::shared_ptr<AnswerGuard> guard_for(const std::shared_ptr<ClientImpl>& c,
+                                       const Result<uint64_t>& corr, uint32_t pool,
+                                       bool immutable) {
+  auto g = std::make_shared<AnswerGuard>();
+  g->c = c;
+  g->pool = pool;
+  g->immutable = immutable;
+  g->armed = corr.is_ok();
+  if (corr) g->corr = *corr;
+  return g;
+}
+
 // The answer half of allocate, shared by the blocking and the async form.
 Result<std::vector<MutableBlock>> finish_allocate(const std::shared_ptr<ClientImpl>& c,
                                                   uint32_t pool, uint32_t page,
@@ -84,18 +124,25 @@ std::future<Result<std::vector<MutableBlock>>> Pool::allocate_blocks_async(uint3
   auto c = client_;
   uint32_t pool = index_;
   uint32_t page = layout().page_size;
-  return std::async(std::launch::deferred,
-                    [c, pool, page, corr]() { return finish_allocate(c, pool, page, corr); });
+  auto guard = guard_for(c, corr, pool, /*immutable=*/false);
+  return std::async(std::launch::deferred, [c, pool, page, corr, guard]() {
+    guard->armed = false;
+    return finish_allocate(c, pool, page, corr);
+  });
 }
 
-Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks) {
-  return register_blocks_async(std::move(blocks)).get();
-}
+namespace {
 
-std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
-    std::vector<MutableBlock> blocks) {
-  auto c = client_;
-  uint32_t pool = index_;
+// The request half of register, shared by the blocking and the async form: validates the
+// caller's blocks, sends them, and keeps them (the daemon decides their fate).
+struct RegisterCall {
+  Result<uint64_t> corr;
+  std::shared_ptr<std::vector<MutableBlock>> keep;
+  std::vector<SequenceHash> hashes;
+};
+
+RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                           const std::string& pool_name, std::vector<MutableBlock> blocks) {
   std::vector<pool::RegisterItem> items(blocks.size());
   std::vector<SequenceHash> hashes(blocks.size());
   Status bad;
@@ -103,7 +150,7 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
     MutableBlock& b = blocks[i];
     if (!b.valid() || b.pool_index() != pool) {
       bad = Status(ErrorCode::kInvalidArgument,
-                   "block " + std::to_string(i) + " does not belong to pool '" + name() + "'");
+                   "block " + std::to_string(i) + " does not belong to pool '" + pool_name + "'");
       break;
     }
     auto seq = b.state().sequence_hash();
@@ -129,20 +176,41 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
                                   items.data(), items.size() * sizeof(pool::RegisterItem))
                   : Result<uint64_t>(bad);
   // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
-  // forget them without releasing. On failure nothing changed daemon-side and the
-  // vector's destructor releases them as usual.
-  std::shared_ptr<std::vector<MutableBlock>> keep =
-      std::make_shared<std::vector<MutableBlock>>(std::move(blocks));
-  return std::async(
-      std::launch::deferred,
-      [c, pool, corr, keep, hashes = std::move(hashes)]() -> Result<std::vector<ImmutableBlock>> {
-        if (!corr) return corr.status();
-        auto r = c->conn->wait(*corr);
-        if (!r) return r.status();
-        if (r->code != ErrorCode::kOk) return r->status();
-        for (auto& b : *keep) PoolAccess::forget(b);
-        return make_immutables(c, pool, r->refs, hashes);
-      });
+  // they are forgotten without releasing once the answer says so. On failure nothing
+  // changed daemon-side and the vector's destructor releases them as usual.
+  return {std::move(corr), std::make_shared<std::vector<MutableBlock>>(std::move(blocks)),
+          std::move(hashes)};
+}
+
+Result<std::vector<ImmutableBlock>> finish_register(const std::shared_ptr<ClientImpl>& c,
+                                                    uint32_t pool, const RegisterCall& call) {
+  if (!call.corr) return call.corr.status();
+  auto r = c->conn->wait(*call.corr);
+  if (!r) return r.status();
+  if (r->code != ErrorCode::kOk) return r->status();
+  for (auto& b : *call.keep) PoolAccess::forget(b);
+  return make_immutables(c, pool, r->refs, call.hashes);
+}
+
+}  // namespace
+
+// Blocking: no future's shared state, no task.
+Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks) {
+  RegisterCall call = send_register(client_, index_, name(), std::move(blocks));
+  return finish_register(client_, index_, call);
+}
+
+std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
+    std::vector<MutableBlock> blocks) {
+  auto c = client_;
+  uint32_t pool = index_;
+  auto call = std::make_shared<RegisterCall>(send_register(c, pool, name(), std::move(blocks)));
+  auto guard = guard_for(c, call->corr, pool, /*immutable=*/true);
+  guard->handed_over = call->keep;
+  return std::async(std::launch::deferred, [c, pool, call, guard]() {
+    guard->armed = false;
+    return finish_register(c, pool, *call);
+  });
 }
 
 Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
@@ -160,8 +228,11 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_asy
                             hashes.data(), hashes.size() * sizeof(SequenceHash));
   // The caller's span may be gone by the time the future is read: keep a copy.
   std::vector<SequenceHash> h(hashes.begin(), hashes.end());
-  return std::async(std::launch::deferred,
-                    [c, pool, corr, h = std::move(h)]() { return finish_match(c, pool, corr, h); });
+  auto guard = guard_for(c, corr, pool, /*immutable=*/true);
+  return std::async(std::launch::deferred, [c, pool, corr, guard, h = std::move(h)]() {
+    guard->armed = false;
+    return finish_match(c, pool, corr, h);
+  });
 }
 
 namespace {
@@ -186,7 +257,8 @@ Result<Client> Client::connect(std::string_view instance, const ConnectOptions& 
   detail::ConnectionOptions o;
   o.runtime_dir = options.runtime_dir;
   o.connect_timeout = options.connect_timeout;
-  o.spin_iterations = options.spin_iterations;
+  o.poll_us = options.poll_us;
+  o.unresponsive_after = options.unresponsive_after;
   o.pin_host_pools = options.pin_host_pools;
   auto conn = detail::Connection::open(std::string(instance), o);
   if (!conn) return conn.status();
@@ -197,7 +269,13 @@ Result<Pool> Client::pool(std::string_view name) const {
   const auto& pools = impl_->conn->pools();
   std::string known;
   for (uint32_t i = 0; i < pools.size(); ++i) {
-    if (pools[i].name == name) return Pool(impl_, i);
+    if (pools[i].name != name) continue;
+    if (!pools[i].usable)
+      return Status(ErrorCode::kPermissionDenied,
+                    "pool '" + std::string(name) + "' is not open to uid " +
+                        std::to_string(::getuid()) + " / gid " + std::to_string(::getgid()) +
+                        " (its allowed_uids/allowed_gids in the daemon's config)");
+    return Pool(impl_, i);
     known += (known.empty() ? "" : ", ") + pools[i].name;
   }
   return Status(ErrorCode::kNotFound,

@@ -16,17 +16,23 @@ class ClientImpl {
 
   // A pool's base in this process: the host mapping, or (device pools) the device pointer
   // of the daemon's slab, opened on first use.
-  Result<std::byte*> base(uint32_t pool) const {
+  // `readonly`: host pools answer from the PROT_READ mapping, so that a write through an
+  // immutable block's address faults in the writer instead of corrupting every reader.
+  Result<std::byte*> base(uint32_t pool, bool readonly = false) const {
     const PoolView& p = conn->pools()[pool];
     if (p.device) return p.device->base();
-    return static_cast<std::byte*>(p.data.data());
+    if (!p.data.data())
+      return Status(ErrorCode::kPermissionDenied,
+                    "pool '" + p.name + "' is not open to this client (its allowed_uids/gids)");
+    return static_cast<std::byte*>(readonly ? p.data_ro.data() : p.data.data());
   }
 
-  Result<std::byte*> address(uint32_t pool, uint32_t id, uint32_t layer, uint32_t outer) const {
+  Result<std::byte*> address(uint32_t pool, uint32_t id, uint32_t layer, uint32_t outer,
+                             bool readonly = false) const {
     const PoolView& p = conn->pools()[pool];
     auto off = p.layout.offset(id, layer, outer);
     if (!off) return off.status();
-    auto b = base(pool);
+    auto b = base(pool, readonly);
     if (!b) return b.status();
     return *b + *off;
   }

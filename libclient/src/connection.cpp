@@ -1,7 +1,10 @@
 #include "connection.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -24,6 +27,24 @@ constexpr uint32_t kReleaseBatch = 64;
 
 Status daemon_gone(const std::string& why) {
   return Status(ErrorCode::kDaemonGone, "kvpoold is gone (" + why + "); reconnect when it is back");
+}
+
+// Bumped in every child of fork(): a Client inherited by a child shares the parent's socket
+// and rings but has no lease thread, and its calls would hang once the parent is gone.
+std::atomic<uint64_t> g_fork_generation{0};
+uint64_t fork_generation() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork(nullptr, nullptr,
+                     [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+  });
+  return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& instance,
@@ -58,6 +79,13 @@ Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& ins
   return fds;
 }
 
+// The daemon answered on the socket: is it one we may trust with our KV bytes?
+Status check_peer(int fd, const std::string& socket_file) {
+  auto cred = shm::peer_credentials(fd);
+  if (!cred) return cred.status();
+  return check_daemon_uid(socket_file, cred->uid);
+}
+
 Result<shm::Segment> map_control(shm::UniqueFd fd) {
   auto seg = shm::Segment::map_fd(std::move(fd), /*writable=*/false);
   if (!seg) return seg.status();
@@ -80,9 +108,15 @@ Result<shm::Segment> map_control(shm::UniqueFd fd) {
 Result<shm::Segment> Connection::observe(const std::string& instance,
                                          const std::string& runtime_dir) {
   KVPOOL_RETURN_IF_ERROR(validate_instance_name(instance));
-  std::string dir = runtime_dir.empty() ? default_runtime_dir() : runtime_dir;
+  std::string dir = runtime_dir;
+  if (dir.empty()) {
+    auto found = find_runtime_dir(instance);
+    if (!found) return found.status();
+    dir = *found;
+  }
   auto sock = shm::connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
+  KVPOOL_RETURN_IF_ERROR(check_peer(sock->get(), socket_path(dir, instance)));
   proto::Welcome w{};
   auto fds =
       exchange_hello(sock->get(), instance, proto::MsgType::kObserve, shm::kLayoutMajor, 5000, &w);
@@ -101,13 +135,22 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& instance
 }
 
 Status Connection::handshake(const std::string& instance, const ConnectionOptions& options) {
-  spin_iterations_ = options.spin_iterations;
+  poll_ = shm::PollPolicy{std::chrono::microseconds(options.poll_us)};
+  unresponsive_ns_ = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.unresponsive_after).count());
+  fork_generation_ = fork_generation();
   if (options.pin_host_pools && !cuda::built_with_cuda())
     return Status(ErrorCode::kUnsupported, "pin_host_pools: " + cuda::no_device_reason());
-  std::string dir = options.runtime_dir.empty() ? default_runtime_dir() : options.runtime_dir;
+  std::string dir = options.runtime_dir;
+  if (dir.empty()) {
+    auto found = find_runtime_dir(instance);
+    if (!found) return found.status();
+    dir = *found;
+  }
   auto sock = shm::connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
   sock_ = std::move(sock.value());
+  KVPOOL_RETURN_IF_ERROR(check_peer(sock_.get(), socket_path(dir, instance)));
   proto::Welcome w{};
   auto fds = exchange_hello(sock_.get(), instance, proto::MsgType::kHello, options.layout_major,
                             static_cast<int>(options.connect_timeout.count()), &w);
@@ -140,6 +183,7 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   // After the first three, one descriptor per pool whose storage travels as one, in pool
   // order (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
   size_t pool_fds = 0;
+  auto usable = [&w](uint32_t i) { return i < 32 && (w.pool_mask & (1u << i)) != 0; };
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
     auto kind = static_cast<shm::StorageKind>(infos[i].storage);
     if (kind != shm::StorageKind::kHost && kind != shm::StorageKind::kCuda)
@@ -147,7 +191,7 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
           ErrorCode::kVersionMismatch,
           "pool " + std::to_string(i) + " has storage kind " + std::to_string(infos[i].storage) +
               ", unknown to this libkvpool; rebuild the worker against a matching libkvpool");
-    pool_fds += proto::welcome_carries_fd(kind) ? 1 : 0;
+    pool_fds += usable(i) && proto::welcome_carries_fd(kind) ? 1 : 0;
   }
   if (fds->size() != 3 + pool_fds)
     return Status(ErrorCode::kProtocolError,
@@ -160,15 +204,24 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
     info.name[sizeof(info.name) - 1] = '\0';
     auto layout = Layout::create(info.layout);
     if (!layout) return layout.status();
-    PoolView view{info.name, info, layout.value(), shm::Segment(), nullptr, nullptr};
-    if (view.is_device()) {
+    PoolView view{info.name,      info,      layout.value(), shm::Segment(),
+                  shm::Segment(), usable(i), nullptr,        nullptr};
+    if (!view.usable) {
+      // Closed to us by its allow-lists: listed (so pool indices match), never mapped.
+    } else if (view.is_device()) {
       if (info.data_bytes < layout->total_bytes())
         return Status(ErrorCode::kProtocolError,
                       std::string("pool '") + info.name + "' slab is smaller than its layout");
       view.device = std::make_shared<DeviceView>(info);
     } else {
-      auto data = shm::Segment::map_fd(std::move((*fds)[next_fd++]), true);
+      shm::UniqueFd data_fd = std::move((*fds)[next_fd++]);
+      auto ro_fd = shm::UniqueFd(::fcntl(data_fd.get(), F_DUPFD_CLOEXEC, 0));
+      if (!ro_fd) return io_error("dup pool descriptor", errno);
+      auto data = shm::Segment::map_fd(std::move(data_fd), true);
       if (!data) return data.status();
+      auto data_ro = shm::Segment::map_fd(std::move(ro_fd), false);
+      if (!data_ro) return data_ro.status();
+      view.data_ro = std::move(data_ro.value());
       if (data->size() < layout->total_bytes())
         return Status(ErrorCode::kProtocolError,
                       std::string("pool '") + info.name + "' data is smaller than its layout");
@@ -210,9 +263,17 @@ void Connection::lease_main(std::promise<Status>* locked) {
   while (!stop_.load(std::memory_order_acquire)) {
     int n = ::poll(fds, 2, kLeaseTickMs);
     if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR))) {
-      // The daemon never writes to the socket after the welcome: readable means hang-up.
+      // After the welcome the daemon writes only to cut us off (with the reason), then hangs
+      // up: readable means we are done either way.
+      read_disconnect_notice();
       mark_gone();
       break;
+    }
+    // Answers whose futures were dropped unread: give back what they carry.
+    if (abandoned_count_.load(std::memory_order_relaxed) > 0) {
+      LaterReleases later{this, {}};
+      std::unique_lock rl(recv_mutex_, std::try_to_lock);
+      if (rl.owns_lock()) drain_answers_locked(&later);
     }
     if (pending_count_.load(std::memory_order_relaxed) > 0) {
       std::unique_lock lk(send_mutex_, std::try_to_lock);
@@ -221,6 +282,36 @@ void Connection::lease_main(std::promise<Status>* locked) {
   }
   // Clean detach: give the lease back so the daemon can tell a detach from a crash.
   (void)shm::unlock(client_header()->lease);
+}
+
+void Connection::read_disconnect_notice() {
+  alignas(8) std::byte buf[sizeof(proto::Refusal)];
+  auto n = shm::recv_message(sock_.get(), buf, nullptr, 0);
+  if (!n || *n != sizeof(proto::Refusal)) return;
+  proto::Refusal r;
+  std::memcpy(&r, buf, sizeof(r));
+  r.message[sizeof(r.message) - 1] = '\0';
+  if (r.magic != proto::kHelloMagic || r.type != proto::MsgType::kDisconnect) return;
+  std::lock_guard lk(gone_mutex_);
+  disconnect_reason_ = r.message;
+}
+
+Status Connection::gone_status(const std::string& when) const {
+  {
+    std::lock_guard lk(gone_mutex_);
+    if (!disconnect_reason_.empty())
+      return Status(ErrorCode::kDisconnected, disconnect_reason_ + " (" + when + ")");
+  }
+  return daemon_gone(when);
+}
+
+Status Connection::check_usable() const {
+  if (fork_generation() != fork_generation_)
+    return Status(ErrorCode::kDisconnected,
+                  "this kvpool client was connected before fork(); it belongs to the parent "
+                  "process: connect a new Client in the child");
+  if (gone()) return gone_status("before the request was sent");
+  return Status::ok();
 }
 
 void Connection::mark_gone() {
@@ -269,29 +360,48 @@ Status Connection::publish_locked() {
   return Status::ok();
 }
 
+// A daemon that runs (its pid lives, the socket is open) but whose engine loop has not
+// stored a heartbeat for longer than the configured bound is stalled: say so rather than
+// wait for it forever.
+Status Connection::check_heartbeat(const std::string& when) const {
+  if (unresponsive_ns_ == 0) return Status::ok();
+  const uint64_t beat = control().heartbeat_ns.load(std::memory_order_relaxed);
+  const uint64_t now = monotonic_ns();
+  if (beat == 0 || now <= beat || now - beat <= unresponsive_ns_) return Status::ok();
+  return Status(ErrorCode::kDaemonUnresponsive,
+                "kvpoold (pid " + std::to_string(control().daemon_pid) + ") has not run for " +
+                    std::to_string((now - beat) / 1'000'000) + " ms (" + when +
+                    "); it is stopped or wedged (unresponsive_after " +
+                    std::to_string(unresponsive_ns_ / 1'000'000) + " ms)");
+}
+
 // Claims room for one record, waiting while the ring is full and the daemon alive.
-static Result<void*> claim(shm::RingProducer& ring, uint32_t type, uint32_t len,
-                           const std::function<bool()>& gone) {
+Result<void*> Connection::claim(uint32_t type, uint32_t len) {
   while (true) {
-    auto c = ring.try_claim(type, len);
+    auto c = requests_->try_claim(type, len);
     if (!c) return c.status();
     if (*c) return c;
-    if (gone()) return daemon_gone("while waiting for room on the request ring");
-    (void)ring.wait_for_space(len, 1000, kFutexTimeout);
+    if (gone()) return gone_status("while waiting for room on the request ring");
+    // The daemon stops taking requests while our answers are unread (backpressure); a
+    // thread that issues many async calls before reading any would wait here forever.
+    // Read them for their futures (try_lock: a waiter holding it reads them anyway).
+    if (std::unique_lock rl(recv_mutex_, std::try_to_lock); rl.owns_lock()) {
+      drain_answers_locked(nullptr);  // we hold send_mutex_: releases queue at once
+    }
+    if (requests_->wait_for_space(len, poll_, kFutexTimeout) == shm::WaitResult::kTimedOut)
+      KVPOOL_RETURN_IF_ERROR(check_heartbeat("while waiting for room on the request ring"));
   }
 }
 
 Status Connection::flush_locked() {
   if (pending_.empty()) return Status::ok();
-  auto is_gone = [this] { return gone(); };
   for (auto& p : pending_) {
     if (p.refs.empty()) continue;
     uint32_t bytes = static_cast<uint32_t>(sizeof(proto::RequestHeader) +
                                            p.refs.size() * sizeof(pool::BlockRef));
-    auto c = claim(*requests_,
-                   static_cast<uint32_t>(p.immutable ? proto::Opcode::kReleaseImmutable
+    auto c = claim(static_cast<uint32_t>(p.immutable ? proto::Opcode::kReleaseImmutable
                                                      : proto::Opcode::kReleaseMutable),
-                   bytes, is_gone);
+                   bytes);
     if (!c) {
       pending_.clear();
       pending_count_.store(0, std::memory_order_relaxed);
@@ -309,7 +419,12 @@ Status Connection::flush_locked() {
 
 void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
   if (gone()) return;  // the daemon reclaims everything of ours anyway
+  if (fork_generation() != fork_generation_) return;  // the parent's blocks, not ours
   std::lock_guard lk(send_mutex_);
+  queue_release_locked(pool, immutable, ref);
+}
+
+void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref) {
   if (pending_.empty() || pending_.back().pool != pool || pending_.back().immutable != immutable) {
     pending_.push_back(PendingRelease{pool, immutable, {}});
     pending_.back().refs.reserve(kReleaseBatch);  // one allocation per batch, not seven
@@ -326,9 +441,8 @@ void Connection::flush() {
 
 Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t count,
                                   const void* items, size_t item_bytes) {
-  if (gone()) return daemon_gone("before the request was sent");
+  KVPOOL_RETURN_IF_ERROR(check_usable());
   std::lock_guard lk(send_mutex_);
-  auto is_gone = [this] { return gone(); };
   // Releases first: the daemon must see them before a request that may depend on them.
   if (!pending_.empty()) KVPOOL_RETURN_IF_ERROR(flush_locked());
   uint64_t bytes = sizeof(proto::RequestHeader) + item_bytes;
@@ -337,7 +451,7 @@ Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t coun
                   "request of " + std::to_string(count) + " items (" + std::to_string(bytes) +
                       " bytes) exceeds what one request can carry (" +
                       std::to_string(requests_->max_payload()) + " bytes; raise ring_bytes)");
-  auto c = claim(*requests_, static_cast<uint32_t>(op), static_cast<uint32_t>(bytes), is_gone);
+  auto c = claim(static_cast<uint32_t>(op), static_cast<uint32_t>(bytes));
   if (!c) return c.status();
   uint64_t corr = next_correlation_++;
   proto::RequestHeader h{corr, pool, count};
@@ -356,7 +470,93 @@ Status Connection::send_raw(uint32_t type, const void* bytes, uint32_t len) {
   return publish_locked();
 }
 
+// One answer off the response ring, decoded: nullopt when the ring is empty. recv_mutex_ held.
+Result<std::optional<std::pair<uint64_t, Response>>> Connection::read_answer_locked() {
+  auto rec = responses_->poll();
+  if (!rec)
+    return Status(ErrorCode::kProtocolError, "response ring corrupt: " + rec.status().message());
+  if (rec->empty()) return std::optional<std::pair<uint64_t, Response>>();
+  proto::ResponseHeader h{};
+  Response r;
+  if (rec->payload_len >= sizeof(h)) {
+    std::memcpy(&h, rec->payload, sizeof(h));
+    uint64_t need = sizeof(h) + uint64_t{h.count} * sizeof(pool::BlockRef) + h.message_len;
+    if (need <= rec->payload_len) {
+      r.code = static_cast<ErrorCode>(h.status);
+      r.refs.resize(h.count);
+      // memcpy with a null pointer (an empty vector's data()) is undefined even for 0 bytes.
+      if (h.count > 0)
+        std::memcpy(r.refs.data(), rec->payload + sizeof(h), h.count * sizeof(pool::BlockRef));
+      r.message.assign(reinterpret_cast<const char*>(rec->payload) + sizeof(h) +
+                           h.count * sizeof(pool::BlockRef),
+                       h.message_len);
+    } else {
+      r.code = ErrorCode::kProtocolError;
+      r.message = "malformed response";
+    }
+  }
+  responses_->consume();
+  return std::optional<std::pair<uint64_t, Response>>(std::in_place, h.correlation_id,
+                                                      std::move(r));
+}
+
+Connection::LaterReleases::~LaterReleases() {
+  for (const auto& [pool, immutable, ref] : items) conn->release(pool, immutable, ref);
+}
+
+// An answer for another caller: kept for it, or, when its future was dropped unread,
+// what it carries goes back to the daemon. recv_mutex_ held. `later` null: the caller also
+// holds send_mutex_ and the releases are queued at once; else they are made once the
+// caller has let go of recv_mutex_ (lock order: never send_mutex_ inside recv_mutex_).
+void Connection::stash_locked(uint64_t corr, Response r, LaterReleases* later) {
+  auto it = abandoned_.find(corr);
+  if (it == abandoned_.end()) {
+    early_.emplace(corr, std::move(r));
+    return;
+  }
+  Abandoned a = std::move(it->second);
+  abandoned_.erase(it);
+  abandoned_count_.store(static_cast<uint32_t>(abandoned_.size()), std::memory_order_relaxed);
+  // Success: what the answer carries. Failure: nothing changed daemon-side, so the blocks
+  // the request handed over (a register's) are still ours to give back.
+  const bool ok = r.code == ErrorCode::kOk;
+  const bool immutable = ok ? a.immutable : false;
+  for (const pool::BlockRef& ref : ok ? r.refs : a.on_failure) {
+    if (later == nullptr) {
+      queue_release_locked(a.pool, immutable, ref);
+    } else {
+      later->items.emplace_back(a.pool, immutable, ref);
+    }
+  }
+}
+
+void Connection::abandon(uint64_t corr, uint32_t pool, bool immutable,
+                         std::vector<pool::BlockRef> on_failure) {
+  LaterReleases later{this, {}};
+  std::lock_guard lk(recv_mutex_);
+  abandoned_.emplace(corr, Abandoned{pool, immutable, std::move(on_failure)});
+  if (auto it = early_.find(corr); it != early_.end()) {
+    Response r = std::move(it->second);
+    early_.erase(it);
+    stash_locked(corr, std::move(r), &later);
+    return;
+  }
+  abandoned_count_.store(static_cast<uint32_t>(abandoned_.size()), std::memory_order_relaxed);
+}
+
+// Reads every answer there is, for whoever will ask (or for nobody: abandoned ones are
+// released). recv_mutex_ held.
+void Connection::drain_answers_locked(LaterReleases* later) {
+  while (true) {
+    auto got = read_answer_locked();
+    if (!got || !*got) return;
+    stash_locked((*got)->first, std::move((*got)->second), later);
+  }
+}
+
 Result<Response> Connection::wait(uint64_t correlation_id) {
+  if (fork_generation() != fork_generation_) return check_usable();
+  LaterReleases later{this, {}};  // destroyed after the lock below is let go
   std::lock_guard lk(recv_mutex_);
   if (auto it = early_.find(correlation_id); it != early_.end()) {
     Response r = std::move(it->second);
@@ -364,36 +564,17 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
     return r;
   }
   while (true) {
-    auto rec = responses_->poll();
-    if (!rec)
-      return Status(ErrorCode::kProtocolError, "response ring corrupt: " + rec.status().message());
-    if (!rec->empty()) {
-      proto::ResponseHeader h{};
-      Response r;
-      if (rec->payload_len >= sizeof(h)) {
-        std::memcpy(&h, rec->payload, sizeof(h));
-        uint64_t need = sizeof(h) + uint64_t{h.count} * sizeof(pool::BlockRef) + h.message_len;
-        if (need <= rec->payload_len) {
-          r.code = static_cast<ErrorCode>(h.status);
-          r.refs.resize(h.count);
-          // memcpy with a null pointer (an empty vector's data()) is undefined even for 0 bytes.
-          if (h.count > 0)
-            std::memcpy(r.refs.data(), rec->payload + sizeof(h), h.count * sizeof(pool::BlockRef));
-          r.message.assign(reinterpret_cast<const char*>(rec->payload) + sizeof(h) +
-                               h.count * sizeof(pool::BlockRef),
-                           h.message_len);
-        } else {
-          r.code = ErrorCode::kProtocolError;
-          r.message = "malformed response";
-        }
-      }
-      responses_->consume();
-      if (h.correlation_id == correlation_id) return r;
-      early_.emplace(h.correlation_id, std::move(r));
+    auto got = read_answer_locked();
+    if (!got) return got.status();
+    if (*got) {
+      if ((*got)->first == correlation_id) return std::move((*got)->second);
+      stash_locked((*got)->first, std::move((*got)->second), &later);
       continue;
     }
-    if (gone()) return daemon_gone("while waiting for an answer");
-    (void)responses_->wait_for_data(spin_iterations_, kFutexTimeout);
+    if (gone()) return gone_status("while waiting for an answer");
+    if (responses_->wait_for_data(poll_, kFutexTimeout) == shm::WaitResult::kTimedOut) {
+      KVPOOL_RETURN_IF_ERROR(check_heartbeat("while waiting for an answer"));
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kvpool/core/layout.hpp"
@@ -43,7 +44,9 @@ struct PoolView {
   std::string name;
   shm::PoolInfo info;
   Layout layout;
-  shm::Segment data;  // host pools: the block bytes, mapped read-write
+  shm::Segment data;     // host pools: the block bytes, mapped read-write
+  shm::Segment data_ro;  // the same bytes mapped read-only: immutable blocks' addresses
+  bool usable = true;    // false: closed to this client by the pool's allow-lists
   // Host pools with pin_host_pools: the cudaHostRegister of `data`. Declared after `data`
   // so that it is dropped (unregistered) before the mapping goes.
   std::shared_ptr<cuda::HostRegistration> pinned;
@@ -56,7 +59,8 @@ struct PoolView {
 struct ConnectionOptions {
   std::string runtime_dir;  // "" -> default_runtime_dir()
   std::chrono::milliseconds connect_timeout{5000};
-  uint32_t spin_iterations = 4000;  // before parking on the response doorbell
+  uint32_t poll_us = 50;  // ConnectOptions::poll_us
+  std::chrono::milliseconds unresponsive_after{10000};
   // Override of the layout version in Hello (tests of version refusal only).
   uint16_t layout_major = shm::kLayoutMajor;
   // cudaHostRegister every host pool's mapping (ConnectOptions::pin_host_pools).
@@ -91,19 +95,42 @@ class Connection {
   // on flush(), or by the lease thread within ~10 ms.
   void release(uint32_t pool, bool immutable, pool::BlockRef ref);
   void flush();
+  // The answer to `correlation_id` will never be read (its future was dropped): release
+  // the blocks it carries once it arrives (`immutable`: references, else mutable blocks).
+  // `on_failure`: mutable blocks the request handed over (a register's), given back when
+  // the answer is an error.
+  void abandon(uint64_t correlation_id, uint32_t pool, bool immutable,
+               std::vector<pool::BlockRef> on_failure = {});
 
   // Raw access for hostile-client tests: a record with any type and bytes.
   Status send_raw(uint32_t type, const void* bytes, uint32_t len);
   shm::ClientHeader* client_header() { return client_.as<shm::ClientHeader>(); }
+  int socket_fd() const { return sock_.get(); }  // hostile-client tests only
 
  private:
   Connection() = default;
   Status handshake(const std::string& instance, const ConnectionOptions& options);
   void lease_main(std::promise<Status>* locked);
-  Status flush_locked();  // send_mutex_ held
+  Status flush_locked();                                                         // send_mutex_ held
+  Result<void*> claim(uint32_t type, uint32_t len);                              // send_mutex_ held
+  void queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref);  // send_mutex_
+  Result<std::optional<std::pair<uint64_t, Response>>> read_answer_locked();     // recv_mutex_
+  // Releases gathered under recv_mutex_, made when this is destroyed (after the lock).
+  struct LaterReleases {
+    Connection* conn;
+    std::vector<std::tuple<uint32_t, bool, pool::BlockRef>> items;
+    ~LaterReleases();
+  };
+  void stash_locked(uint64_t corr, Response r, LaterReleases* later);  // recv_mutex_
+  void drain_answers_locked(LaterReleases* later);                     // recv_mutex_
+  Status check_heartbeat(const std::string& when) const;
   Status publish_locked();
   void wake_daemon();
   void mark_gone();
+  Status gone_status(
+      const std::string& when) const;  // kDisconnected with the reason, or kDaemonGone
+  Status check_usable() const;         // this process, a live and responsive daemon
+  void read_disconnect_notice();
 
   shm::UniqueFd sock_;
   shm::UniqueFd bell_;  // eventfd: wakes a parked daemon
@@ -112,7 +139,9 @@ class Connection {
   std::vector<PoolView> pools_;
   uint32_t slot_ = 0;
   uint32_t generation_ = 0;
-  uint32_t spin_iterations_ = 4000;
+  shm::PollPolicy poll_;
+  uint64_t unresponsive_ns_ = 0;
+  uint64_t fork_generation_ = 0;  // detail::fork_generation() when connected
 
   std::mutex send_mutex_;
   std::optional<shm::RingProducer> requests_;
@@ -128,8 +157,17 @@ class Connection {
   std::mutex recv_mutex_;
   std::optional<shm::RingConsumer> responses_;
   std::map<uint64_t, Response> early_;  // answers that arrived for another waiter
+  struct Abandoned {
+    uint32_t pool;
+    bool immutable;
+    std::vector<pool::BlockRef> on_failure;
+  };
+  std::map<uint64_t, Abandoned> abandoned_;
+  std::atomic<uint32_t> abandoned_count_{0};
 
   std::atomic<bool> gone_{false};
+  mutable std::mutex gone_mutex_;
+  std::string disconnect_reason_;  // what the daemon said when it cut us off (gone_mutex_)
   std::atomic<bool> stop_{false};
   shm::UniqueFd stop_fd_;  // eventfd: stops the lease thread
   std::thread lease_thread_;

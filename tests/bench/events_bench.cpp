@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                            {"inner_dim", 1},  {"dtype_bytes", 1}, {"alignment", 16}};
     auto config = mptest::test_config(nlohmann::json::array({pool_json}));
     config["log_level"] = "warn";
-    config["spin_iterations"] = 20000;
+    config["poll_us"] = 50;
     config["event_ring_slots"] = 1u << 20;  // no laps: the figure is the steady path
     DaemonProcess daemon(config);
     daemon.start();

@@ -551,7 +551,7 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
   // Scribble on block 5's state, as a bug in the engine would (the engine is idle and
   // block 5 is deep in the free list, so nothing else notices).
   std::string name = control_segment_name(d->instance);
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  int fd = open_memfd_of(d->child->pid(), name, O_RDWR);
   ASSERT_GE(fd, 0) << name;
   struct stat st {};
   ::fstat(fd, &st);

@@ -58,7 +58,7 @@ uint64_t pool_bytes(const json& pool) {
 ConnectOptions options_for(const DaemonProcess& daemon) {
   ConnectOptions o;
   o.runtime_dir = daemon.runtime_dir();
-  o.spin_iterations = 200;
+  o.poll_us = 20;
   return o;
 }
 

@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   ConnectOptions o;
   o.runtime_dir = a.runtime_dir;
-  o.spin_iterations = 200;
+  o.poll_us = 20;
   o.pin_host_pools = a.num("pin", 0) != 0;
   auto client = Client::connect(a.instance, o);
   if (!client) die(client.status());

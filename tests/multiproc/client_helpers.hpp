@@ -29,7 +29,7 @@ inline Client connect_client(const DaemonProcess& d) {
   ConnectOptions o;
   o.runtime_dir = d.runtime_dir();
   o.connect_timeout = 10s;
-  o.spin_iterations = 200;
+  o.poll_us = 20;
   auto c = Client::connect(d.instance(), o);
   if (!c) throw HarnessError("cannot connect to kvpoold: " + c.status().to_string());
   return std::move(c.value());

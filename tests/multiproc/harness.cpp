@@ -287,7 +287,7 @@ nlohmann::json host_pool(const std::string& name, uint32_t blocks, uint32_t page
 
 nlohmann::json test_config(nlohmann::json pools) {
   if (pools.is_null()) pools = nlohmann::json::array({host_pool("g", 64)});
-  return {{"max_clients", 16}, {"spin_iterations", 200}, {"log_level", "info"}, {"pools", pools}};
+  return {{"max_clients", 16}, {"poll_us", 20}, {"log_level", "info"}, {"pools", pools}};
 }
 
 // ---- daemon ----------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ detail::ConnectionOptions DaemonProcess::connection_options() const {
   detail::ConnectionOptions o;
   o.runtime_dir = runtime_dir_;
   o.connect_timeout = 10s;
-  o.spin_iterations = 200;
+  o.poll_us = 20;
   return o;
 }
 
@@ -509,6 +509,10 @@ nlohmann::json DaemonProcess::ctl_status() {
 
 WorkerProcess::WorkerProcess(const DaemonProcess& daemon, const std::string& scenario,
                              const std::vector<std::string>& args)
+    : WorkerProcess(KVPOOL_TEST_WORKER_PATH, daemon, scenario, args) {}
+
+WorkerProcess::WorkerProcess(const std::string& program, const DaemonProcess& daemon,
+                             const std::string& scenario, const std::vector<std::string>& args)
     : name_(scenario) {
   ::signal(SIGPIPE, SIG_IGN);  // a worker that died must fail send_line, not kill the test
   int in[2], out[2];
@@ -517,8 +521,8 @@ WorkerProcess::WorkerProcess(const DaemonProcess& daemon, const std::string& sce
   shm::UniqueFd child_in(in[0]), child_out(out[1]);
   in_ = shm::UniqueFd(in[1]);
   out_ = shm::UniqueFd(out[0]);
-  std::vector<std::string> argv{KVPOOL_TEST_WORKER_PATH, "--instance",         daemon.instance(),
-                                "--runtime-dir",         daemon.runtime_dir(), scenario};
+  std::vector<std::string> argv{program,         "--instance",         daemon.instance(),
+                                "--runtime-dir", daemon.runtime_dir(), scenario};
   argv.insert(argv.end(), args.begin(), args.end());
   proc_.spawn(argv, child_environment(), child_in.get(), child_out.get(), 2);
   name_ = scenario + " (pid " + std::to_string(proc_.pid()) + ")";

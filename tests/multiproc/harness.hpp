@@ -205,6 +205,9 @@ class WorkerProcess {
   // Runs: test_worker --instance I --runtime-dir D <scenario> <args...>
   WorkerProcess(const DaemonProcess& daemon, const std::string& scenario,
                 const std::vector<std::string>& args = {});
+  // The same, with another program that speaks the same protocol (the attacker).
+  WorkerProcess(const std::string& program, const DaemonProcess& daemon,
+                const std::string& scenario, const std::vector<std::string>& args = {});
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;

@@ -129,7 +129,9 @@ TEST_P(RingGarbage, DisconnectsOnlyTheScribblerAndReturnsItsBlocks) {
   auto more = gp.allocate_blocks(3);
   EXPECT_TRUE(more) << more.status().to_string();
   auto r = bad->call(Opcode::kPing, 0, 0, nullptr, 0);
-  EXPECT_FALSE(r) << "the scribbler is still served";
+  ASSERT_FALSE(r) << "the scribbler is still served";
+  EXPECT_EQ(r.status().code(), ErrorCode::kDisconnected) << r.status().to_string();
+  EXPECT_TRUE(contains(r.status().message(), "request ring corrupt")) << r.status().message();
   expect_invariants(v);
 }
 

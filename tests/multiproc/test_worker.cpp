@@ -25,6 +25,8 @@
 //   ping     -> "OK us=<t>" | "ERR <Code> us=<t> <message>"  (t: the call's duration)
 //   verify   -> "OK regions=<r>" | "ERR ..."   (the pattern of every block it holds)
 //   release  -> drops every block it holds, flushes the releases -> "OK"
+//   scribble-immutable -> "WRITING", then a write through its first immutable block's
+//               address (which must fault: "WROTE" means it did not)
 //   exit     -> exits 0 after a clean detach
 #include <grp.h>
 #include <unistd.h>
@@ -247,6 +249,22 @@ void serve(Client& client, const Pool& pool, Holdings& held) {
         say("OK regions=" + std::to_string(regions_checked));
       else
         say("ERR " + std::string(error_code_name(bad.code())) + " " + bad.message());
+    } else if (line == "scribble-immutable") {
+      // A buggy worker writing through a registered block's (const) address: the mapping
+      // behind it is read-only, so this process faults here and nobody's KV changes.
+      if (held.imm.empty()) {
+        say("ERR InvalidState no immutable block held");
+        continue;
+      }
+      auto a = held.imm.front().address(0, 0);
+      if (!a) {
+        say("ERR " + std::string(error_code_name(a.status().code())) + " " + a.status().message());
+        continue;
+      }
+      say("WRITING");
+      volatile auto* p = const_cast<std::byte*>(*a);
+      *p = std::byte{0x5A};
+      say("WROTE");
     } else if (line == "release") {
       held.mut.clear();
       held.imm.clear();
@@ -338,7 +356,7 @@ int main(int argc, char** argv) {
   ConnectOptions opts;
   opts.runtime_dir = a.runtime_dir;
   opts.connect_timeout = std::chrono::milliseconds(10000);
-  opts.spin_iterations = 200;
+  opts.poll_us = 20;
   auto client = Client::connect(a.instance, opts);
   if (!client) die(client.status());
   auto pool = client->pool(a.get("pool", "g"));

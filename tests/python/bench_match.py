@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=5000)
     a = ap.parse_args()
-    d = Daemon(pools=[host_pool(blocks=1024, page_size=16)], spin_iterations=20000)
+    d = Daemon(pools=[host_pool(blocks=1024, page_size=16)], poll_us=50)
     try:
         client = kvpool.Client.connect(d.instance, runtime_dir=d.runtime_dir)
         pool = client.pool("g")

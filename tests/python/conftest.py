@@ -54,12 +54,12 @@ def host_pool(name="g", blocks=64, page_size=4, inner_dim=16, dtype_bytes=2, kin
 class Daemon:
     """kvpoold on instance "py<pid>-<n>" in a temp runtime dir; stop() or the fixture ends it."""
 
-    def __init__(self, pools=None, spin_iterations=200):
+    def __init__(self, pools=None, poll_us=20):
         self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
         self.instance = f"py{os.getpid()}-{next(_counter)}"
         self.runtime_dir = self.dir
         config = {"instance": self.instance, "runtime_dir": self.runtime_dir, "max_clients": 16,
-                  "spin_iterations": spin_iterations, "log_level": "info",
+                  "poll_us": poll_us, "log_level": "info",
                   "pools": pools or [host_pool()]}
         self.config_path = os.path.join(self.dir, "kvpoold.json")
         with open(self.config_path, "w") as f:
@@ -103,7 +103,7 @@ class Daemon:
     def connect(self, **kw):
         import kvpool
         return kvpool.Client.connect(self.instance, runtime_dir=self.runtime_dir,
-                                     connect_timeout=10.0, spin_iterations=200, **kw)
+                                     connect_timeout=10.0, poll_us=20, **kw)
 
     def ctl(self, *args):
         out = subprocess.run([binary("KVPOOLCTL"), *args, "--instance", self.instance,

@@ -76,8 +76,26 @@ class TempDir {
   std::string path_;
 };
 
+// A descriptor for one of a running process's memfds, found by its name through
+// /proc/<pid>/fd (link "/memfd:<name> (deleted)") and re-opened with `flags`: how a test
+// (root, like a debugger) reaches the daemon's segments, which have no name in /dev/shm.
+// -1 when there is none.
+inline int open_memfd_of(pid_t pid, const std::string& name, int flags) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  const std::string want = "/memfd:" + name + " (deleted)";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    char buf[512];
+    ssize_t n = ::readlink(e.path().c_str(), buf, sizeof(buf) - 1);
+    if (n <= 0) continue;
+    if (std::string(buf, static_cast<size_t>(n)) == want)
+      return ::open(e.path().c_str(), flags | O_CLOEXEC);
+  }
+  return -1;
+}
+
 // A unique instance name per test process and call: tests run in parallel under ctest -j,
-// and instance names become /dev/shm names.
+// and instance names become socket and memfd names.
 inline std::string unique_instance(const std::string& prefix) {
   static int counter = 0;
   return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);

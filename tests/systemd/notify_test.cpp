@@ -28,10 +28,10 @@ using namespace testsupport;
 
 // What a reader of the control segment sees right now: "" when it is valid and ready,
 // else what is wrong.
-std::string control_segment_problem(const std::string& instance) {
+std::string control_segment_problem(pid_t daemon, const std::string& instance) {
   std::string name = control_segment_name(instance);
-  int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return "shm_open " + name + ": " + std::strerror(errno);
+  int fd = open_memfd_of(daemon, name, O_RDONLY);
+  if (fd < 0) return "no memfd " + name + " in /proc/" + std::to_string(daemon) + "/fd";
   struct stat st {};
   ::fstat(fd, &st);
   if (static_cast<size_t>(st.st_size) < sizeof(shm::ControlHeader)) {
@@ -113,7 +113,7 @@ TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
       ready_at = Clock::now();
       EXPECT_TRUE(socket_connectable(d.socket_path()))
           << "READY=1 sent before " << d.socket_path() << " accepts";
-      EXPECT_EQ(control_segment_problem(d.instance), "")
+      EXPECT_EQ(control_segment_problem(d.child->pid(), d.instance), "")
           << "READY=1 sent before the control segment was valid";
       break;
     }
@@ -214,7 +214,7 @@ TEST(SystemdNotify, FailedStartNeverSendsReady) {
                              << read_file(log);
   // The first one is untouched by the attempt.
   EXPECT_TRUE(socket_connectable(first->socket_path()));
-  EXPECT_EQ(control_segment_problem(instance), "");
+  EXPECT_EQ(control_segment_problem(first->child->pid(), instance), "");
   int fst = first->stop();
   EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << first->log();
 }

@@ -63,13 +63,20 @@ constexpr const char* kFullConfig = R"({
   "runtime_dir": "/run/kvpool-test",
   "max_clients": 128,
   "ring_bytes": 1048576,
-  "spin_iterations": 0,
+  "poll_us": 0,
   "log_level": "debug",
   "allowed_uids": [0, 1000],
   "allowed_gids": [27],
   "event_ring_slots": 1024,
+  "max_clients_per_uid": 8,
+  "max_pending_connections": 32,
+  "max_pending_per_uid": 4,
+  "attach_timeout_ms": 2000,
+  "quota": {"max_mutable_blocks": 100, "max_references": 5000, "max_refs_per_block": 16,
+            "max_priority": 50},
   "pools": [
     {"name": "host_g2", "storage": "host", "num_blocks": 4096, "max_holds": 10000,
+     "allowed_uids": [1000], "allowed_gids": [27, 28],
      "layout": {"num_layers": 32, "outer_dim": 1, "page_size": 32, "inner_dim": 64,
                 "dtype_bytes": 4, "alignment": 4096, "kind": "layer_separate"}},
     {"name": "gpu-1", "storage": "cuda", "device": 1, "num_blocks": 8}
@@ -84,7 +91,17 @@ TEST(Config, FullConfigParsesEveryField) {
   EXPECT_EQ(c.runtime_dir, "/run/kvpool-test");
   EXPECT_EQ(c.max_clients, 128u);
   EXPECT_EQ(c.ring_bytes, 1048576u);
-  EXPECT_EQ(c.spin_iterations, 0u);
+  EXPECT_EQ(c.poll_us, 0u);
+  EXPECT_EQ(c.max_clients_per_uid, 8u);
+  EXPECT_EQ(c.max_pending_connections, 32u);
+  EXPECT_EQ(c.max_pending_per_uid, 4u);
+  EXPECT_EQ(c.attach_timeout_ms, 2000u);
+  EXPECT_EQ(c.quota.max_mutable_blocks, 100u);
+  EXPECT_EQ(c.quota.max_references, 5000u);
+  EXPECT_EQ(c.quota.max_refs_per_block, 16u);
+  EXPECT_EQ(c.quota.max_priority, 50u);
+  EXPECT_EQ(c.pools[0].allowed_uids, (std::vector<uid_t>{1000}));
+  EXPECT_EQ(c.pools[0].allowed_gids, (std::vector<gid_t>{27, 28}));
   EXPECT_EQ(c.log_level, "debug");
   EXPECT_EQ(c.allowed_uids, (std::vector<uid_t>{0, 1000}));
   EXPECT_EQ(c.allowed_gids, (std::vector<gid_t>{27}));
@@ -177,14 +194,26 @@ TEST(Config, OutOfRangeScalarsNameTheirField) {
   expect_config_error(R"({"ring_bytes": 2048})", "ring_bytes: must be a power of two");
   expect_config_error(R"({"ring_bytes": 134217728})", "ring_bytes: must be a power of two");
   expect_config_error(R"({"ring_bytes": 12288})", "ring_bytes: must be a power of two");
-  expect_config_error(R"({"spin_iterations": 10000001})", "spin_iterations: must be 0..10000000");
+  expect_config_error(R"({"poll_us": 100001})", "poll_us: must be 0..100000");
+  expect_config_error(R"({"spin_iterations": 200})",
+                      "spin_iterations: was replaced by \"poll_us\"");
+  expect_config_error(R"({"max_clients": 8, "max_clients_per_uid": 9})",
+                      "max_clients_per_uid: must be 0 (no cap) or at most max_clients (8)");
+  expect_config_error(R"({"max_pending_connections": 4, "max_pending_per_uid": 5})",
+                      "max_pending_per_uid: need 1 <= max_pending_per_uid");
+  expect_config_error(R"({"attach_timeout_ms": 1})", "attach_timeout_ms: must be 10..600000");
+  expect_config_error(R"({"max_clients": 4096, "quota": {"max_refs_per_block": 1048576}})",
+                      "quota.max_refs_per_block: must be at least 1 and max_clients x");
+  expect_config_error(R"({"quota": {"max_refs_per_block": 0}})",
+                      "quota.max_refs_per_block: must be at least 1");
+  expect_config_error(R"({"quota": {"max_blocks": 1}})", "quota.max_blocks");
   expect_config_error(R"({"log_level": "verbose"})", "log_level: must be one of");
   expect_config_error(R"({"allowed_uids": [4294967295]})", "allowed_uids[0]:");
 
   Config edge = default_config();
   edge.max_clients = 4096;
   edge.ring_bytes = 64u << 20;
-  edge.spin_iterations = 10'000'000;
+  edge.poll_us = 100'000;
   edge.log_level = "off";
   EXPECT_TRUE(validate_config(edge).is_ok()) << validate_config(edge).to_string();
   edge.ring_bytes = 4096;

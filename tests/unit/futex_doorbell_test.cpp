@@ -21,7 +21,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// Round trips per ping-pong test. Waits use spin_iterations = 0 (on at least one side),
+// Round trips per ping-pong test. Waits use no polling (on at least one side),
 // so each one goes through the sleeping flag and the futex: exactly the window where a
 // lost wake-up hangs.
 constexpr uint64_t kRoundTrips = 100000;
@@ -47,7 +47,8 @@ static_assert(std::is_standard_layout_v<PingPong>);
 // and "asleep in the kernel" from nanoseconds to microseconds, so a protocol that can lose
 // a wake-up in that window (e.g. reading seq after the check) loses it here, reliably.
 struct Waiting {
-  uint32_t spins = 0;
+  uint32_t spins = 0;  // pause-spins; then `poll` of yield-polling
+  std::chrono::microseconds poll{0};
   std::chrono::microseconds dawdle{0};
 };
 
@@ -64,7 +65,7 @@ bool wait_for(Doorbell& bell, std::atomic<uint64_t>& counter, uint64_t value, Wa
   };
   for (;;) {
     const auto start = std::chrono::steady_clock::now();
-    const WaitResult r = wait(bell, ready, how.spins, kWaitBound);
+    const WaitResult r = wait(bell, ready, PollPolicy{how.poll, how.spins}, kWaitBound);
     if (r == WaitResult::kReady && std::chrono::steady_clock::now() - start < kStall) {
       return true;
     }
@@ -133,7 +134,8 @@ TEST(FutexDoorbell, PingPongBetweenProcessesLosesNoWakeUp) {
 // kernel, on almost every round trip.
 TEST(FutexDoorbell, SleeperAgainstFastAnswererLosesNoWakeUp) {
   using std::chrono::microseconds;
-  ping_pong_between_processes(Waiting{0, microseconds(5)}, Waiting{1u << 20, microseconds(0)});
+  ping_pong_between_processes(Waiting{0, microseconds(0), microseconds(5)},
+                              Waiting{1u << 20, microseconds(200), microseconds(0)});
 }
 
 TEST(FutexDoorbell, PingPongBetweenThreadsLosesNoWakeUp) {
@@ -164,13 +166,14 @@ TEST(FutexDoorbell, WaitTimesOutAndClearsItsFlag) {
     return false;
   };
   auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(wait(bell, never, 100, milliseconds(20)), WaitResult::kTimedOut);
+  EXPECT_EQ(wait(bell, never, PollPolicy{milliseconds(2), 100}, milliseconds(20)),
+            WaitResult::kTimedOut);
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(20));
-  EXPECT_GE(calls, 100) << "spins are counted";
+  EXPECT_GE(calls, 101) << "spins are counted, then the yield-polls";
   EXPECT_EQ(bell.sleeping.load(), 0u);
-  EXPECT_EQ(wait(bell, never, 0, milliseconds(0)), WaitResult::kTimedOut);
+  EXPECT_EQ(wait(bell, never, PollPolicy{}, milliseconds(0)), WaitResult::kTimedOut);
   EXPECT_EQ(wait(
-                bell, [] { return true; }, 0, seconds(10)),
+                bell, [] { return true; }, PollPolicy{}, seconds(10)),
             WaitResult::kReady);
   EXPECT_EQ(bell.sleeping.load(), 0u);
 }
@@ -200,7 +203,7 @@ TEST(FutexDoorbell, SleeperWakesOnRingFromAnotherThread) {
   });
   auto start = std::chrono::steady_clock::now();
   WaitResult r = wait(
-      bell, [&] { return flag.load(std::memory_order_acquire); }, 0, seconds(10));
+      bell, [&] { return flag.load(std::memory_order_acquire); }, PollPolicy{{}, 0}, seconds(10));
   waker.join();
   EXPECT_EQ(r, WaitResult::kReady);
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5)) << "woken, not timed out";

@@ -1,11 +1,13 @@
-// PoolStorage: host pools are a named shm object whose fd goes to clients; device pools are
+// PoolStorage: host pools are a sealed memfd whose fd goes to clients; device pools are
 // a CUDA slab that travels as an IPC handle, and fail at creation (no device, no CUDA in
 // the build) with the pool, the device and the bytes in the message.
 #include "daemon/pool_storage.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "daemon/config.hpp"
@@ -24,7 +26,7 @@ PoolConfig pool_config(shm::StorageKind storage, int32_t device) {
   return pc;
 }
 
-TEST(PoolStorage, HostPoolsPublishTheirShmNameAndGiveClientsAnFd) {
+TEST(PoolStorage, HostPoolsAreSealedMemfdsThatClientsGetAsAnFd) {
   PoolConfig pc = pool_config(shm::StorageKind::kHost, -1);
   Layout layout = Layout::create(pc.layout).value();
   const std::string instance = "storage-test";
@@ -33,7 +35,9 @@ TEST(PoolStorage, HostPoolsPublishTheirShmNameAndGiveClientsAnFd) {
   shm::PoolInfo info{};
   std::memset(info.ipc_handle, 0x5A, sizeof(info.ipc_handle));
   s->publish(info);
+  // The name is the memfd's debug name, for /proc/<pid>/fd and logs: nothing opens it.
   EXPECT_STREQ(info.shm_name, pool_segment_name(instance, pc.name).c_str());
+  EXPECT_FALSE(shm::Segment::open("/" + pool_segment_name(instance, pc.name), false).is_ok());
   EXPECT_EQ(info.storage, static_cast<uint32_t>(shm::StorageKind::kHost));
   EXPECT_EQ(info.device, -1);
   EXPECT_EQ(info.data_bytes, layout.total_bytes());
@@ -42,8 +46,15 @@ TEST(PoolStorage, HostPoolsPublishTheirShmNameAndGiveClientsAnFd) {
   auto fd = s->client_fd();
   ASSERT_TRUE(fd.is_ok());
   EXPECT_TRUE(fd->valid());
-  s->remove();
-  EXPECT_FALSE(shm::Segment::open(pool_segment_name(instance, pc.name), false).is_ok());
+  // A client holding the descriptor can neither shrink nor grow the pool under everyone
+  // else's mappings (which would make their next access SIGBUS).
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd->get(), &st), 0);
+  EXPECT_EQ(::ftruncate(fd->get(), 0), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(::ftruncate(fd->get(), st.st_size + 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "not re-openable read-write by other users";
 }
 
 TEST(PoolStorage, ACudaPoolWithoutItsDeviceFailsNamingPoolDeviceAndBytes) {

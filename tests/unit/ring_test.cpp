@@ -194,10 +194,10 @@ TEST(Ring, FullRingReturnsNullAndFreesSpaceOnConsume) {
   ASSERT_TRUE(full) << "full is not an error";
   EXPECT_EQ(*full, nullptr);
   p.publish();
-  EXPECT_EQ(p.wait_for_space(56, 0, milliseconds(1)), WaitResult::kTimedOut);
+  EXPECT_EQ(p.wait_for_space(56, PollPolicy{{}, 0}, milliseconds(1)), WaitResult::kTimedOut);
   ASSERT_TRUE(c.poll());
   c.consume();
-  EXPECT_EQ(p.wait_for_space(56, 0, milliseconds(1000)), WaitResult::kReady);
+  EXPECT_EQ(p.wait_for_space(56, PollPolicy{{}, 0}, milliseconds(1000)), WaitResult::kReady);
   EXPECT_TRUE(send(p, n, 56));
   EXPECT_FALSE(send(p, n + 1, 0));
 
@@ -347,7 +347,7 @@ TEST(Ring, ProducerRejectsACorruptHead) {
     Result<void*> r = p.try_claim(1, 100);
     ASSERT_FALSE(r);
     EXPECT_EQ(r.status().code(), ErrorCode::kProtocolError);
-    EXPECT_EQ(p.wait_for_space(100, 0, milliseconds(1)), WaitResult::kReady)
+    EXPECT_EQ(p.wait_for_space(100, PollPolicy{{}, 0}, milliseconds(1)), WaitResult::kReady)
         << "a waiting producer learns of the corruption";
   }
   {  // head moving backwards
@@ -432,7 +432,7 @@ TEST(Ring, ProducerAndConsumerThreads) {
           return;
         }
         p.publish();
-        p.wait_for_space(len, 64, milliseconds(100));
+        p.wait_for_space(len, PollPolicy{}, milliseconds(100));
       }
       p.publish();
     }
@@ -454,7 +454,7 @@ TEST(Ring, ProducerAndConsumerThreads) {
     Result<RecordView> r = c.poll();
     ASSERT_TRUE(r) << r.status().to_string();
     if (r->empty()) {
-      if (c.wait_for_data(64, milliseconds(100)) == WaitResult::kTimedOut) ++idle;
+      if (c.wait_for_data(PollPolicy{}, milliseconds(100)) == WaitResult::kTimedOut) ++idle;
       continue;
     }
     expect_record(*r, seq, static_cast<uint32_t>(seq % 300));
@@ -532,7 +532,7 @@ TEST(Ring, CrossProcessProducerToConsumer) {
         if (slot == nullptr) {
           p.publish();  // let the consumer see everything before we wait
           if (tries > 10000) ::_exit(12);
-          p.wait_for_space(len, 64, milliseconds(100));
+          p.wait_for_space(len, PollPolicy{}, milliseconds(100));
         }
       }
       auto* out = static_cast<std::byte*>(slot);
@@ -558,7 +558,7 @@ TEST(Ring, CrossProcessProducerToConsumer) {
     Result<RecordView> r = c.poll();
     ASSERT_TRUE(r) << r.status().to_string();
     if (r->empty()) {
-      if (c.wait_for_data(64, milliseconds(200)) == WaitResult::kTimedOut) {
+      if (c.wait_for_data(PollPolicy{}, milliseconds(200)) == WaitResult::kTimedOut) {
         ++idle_timeouts;
         int status = 0;
         if (!child_done && ::waitpid(pid, &status, WNOHANG) == pid) {

@@ -36,9 +36,15 @@ struct ConnectOptions {
   // /run/kvpool, $XDG_RUNTIME_DIR/kvpool, /tmp/kvpool-<uid>).
   std::string runtime_dir;
   std::chrono::milliseconds connect_timeout{5000};
-  // Empty polls of the response ring before parking on its futex: low latency while the
-  // daemon answers fast, no burnt core while it does not.
-  uint32_t spin_iterations = 4000;
+  // How long a call polls for its answer (yielding the core between polls) before it
+  // sleeps on the response ring's futex, in microseconds. A match or an allocate is
+  // answered within tens of microseconds; polling that long costs no wake-up, and yielding
+  // lets a daemon that shares our core run at once.
+  uint32_t poll_us = 50;
+  // A daemon whose heartbeat (in the control segment, every ~100 ms) is older than this is
+  // taken as stalled (SIGSTOPped, wedged): calls fail with kDaemonUnresponsive instead of
+  // waiting for it forever.
+  std::chrono::milliseconds unresponsive_after{10000};
   // cudaHostRegister every host pool's mapping at connect (unregistered at disconnect), so
   // copy_blocks between host and device pools runs at DMA speed. connect fails with
   // kUnsupported when kvpool was built without CUDA, kDeviceError when CUDA cannot pin

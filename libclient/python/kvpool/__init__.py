@@ -38,6 +38,8 @@ from ._kvpool import (  # noqa: F401
     PermissionDenied,
     Pool,
     ProtocolError,
+    QuotaExceeded,
+    DaemonUnresponsive,
     ResourceExhausted,
     Timeout,
     Unsupported,
@@ -52,6 +54,6 @@ __all__ = [
     "Disconnected", "Error", "ErrorCode", "ImmutableBlock", "ImmutableBlocks",
     "IncompleteBlock", "Internal", "InvalidArgument", "InvalidHandle", "InvalidState",
     "IoError", "MutableBlock", "NotEnoughBlocks", "NotFound", "PermissionDenied", "Pool",
-    "ProtocolError", "ResourceExhausted", "Timeout", "Unsupported", "VersionMismatch",
+    "ProtocolError", "QuotaExceeded", "DaemonUnresponsive", "ResourceExhausted", "Timeout", "Unsupported", "VersionMismatch",
     "hash_tokens",
 ]

@@ -8,7 +8,7 @@ namespace py = pybind11;
 namespace kvpool::python {
 namespace {
 
-constexpr uint16_t kMaxCode = static_cast<uint16_t>(ErrorCode::kInternal);
+constexpr uint16_t kMaxCode = static_cast<uint16_t>(ErrorCode::kDaemonUnresponsive);
 
 // One exception class per code, indexed by the code's number; [0] is kvpool.Error. Owned by
 // the module (as attributes), so plain pointers live as long as it does.
@@ -57,6 +57,10 @@ const char* doc_of(ErrorCode code) {
       return "kvpoold disconnected this client: reconnect.";
     case ErrorCode::kInternal:
       return "A broken invariant: a bug (kvpoolctl check says where).";
+    case ErrorCode::kQuotaExceeded:
+      return "This client's share (blocks, references, priority) is used up (config \"quota\").";
+    case ErrorCode::kDaemonUnresponsive:
+      return "kvpoold runs but has stopped answering (stopped, wedged).";
     case ErrorCode::kOk:
       break;
   }

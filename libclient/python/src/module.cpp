@@ -81,14 +81,14 @@ class PoolObject {
 };
 
 Client connect(const std::string& instance, const std::string& runtime_dir, double connect_timeout,
-               uint32_t spin_iterations, bool pin_host_pools) {
+               uint32_t poll_us, bool pin_host_pools) {
   if (!(connect_timeout >= 0) || !std::isfinite(connect_timeout))
     throw StatusError(
         Status(ErrorCode::kInvalidArgument, "connect_timeout must be finite and >= 0 seconds"));
   ConnectOptions o;
   o.runtime_dir = runtime_dir;
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout * 1000.0));
-  o.spin_iterations = spin_iterations;
+  o.poll_us = poll_us;
   o.pin_host_pools = pin_host_pools;
   auto r = without_gil([&] { return Client::connect(instance, o); });
   return check(std::move(r));
@@ -163,7 +163,7 @@ PYBIND11_MODULE(_kvpool, m) {
 
   py::class_<Client>(m, "Client", "A connection to kvpoold; may be shared by threads.")
       .def_static("connect", &connect, py::arg("instance") = "default", py::arg("runtime_dir") = "",
-                  py::arg("connect_timeout") = 5.0, py::arg("spin_iterations") = 4000,
+                  py::arg("connect_timeout") = 5.0, py::arg("poll_us") = 50,
                   py::arg("pin_host_pools") = false,
                   "Attaches to kvpoold `instance`; runtime_dir '' resolves like the daemon does.\n"
                   "connect_timeout in seconds.")

@@ -7,27 +7,52 @@ namespace kvpool {
 
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "Ok";
-    case ErrorCode::kNotEnoughBlocks: return "NotEnoughBlocks";
-    case ErrorCode::kInvalidArgument: return "InvalidArgument";
-    case ErrorCode::kInvalidState: return "InvalidState";
-    case ErrorCode::kBlockFull: return "BlockFull";
-    case ErrorCode::kBlockEmpty: return "BlockEmpty";
-    case ErrorCode::kIncompleteBlock: return "IncompleteBlock";
-    case ErrorCode::kInvalidHandle: return "InvalidHandle";
-    case ErrorCode::kNotFound: return "NotFound";
-    case ErrorCode::kResourceExhausted: return "ResourceExhausted";
-    case ErrorCode::kDaemonGone: return "DaemonGone";
-    case ErrorCode::kProtocolError: return "ProtocolError";
-    case ErrorCode::kVersionMismatch: return "VersionMismatch";
-    case ErrorCode::kConfigError: return "ConfigError";
-    case ErrorCode::kPermissionDenied: return "PermissionDenied";
-    case ErrorCode::kIoError: return "IoError";
-    case ErrorCode::kTimeout: return "Timeout";
-    case ErrorCode::kUnsupported: return "Unsupported";
-    case ErrorCode::kDeviceError: return "DeviceError";
-    case ErrorCode::kDisconnected: return "Disconnected";
-    case ErrorCode::kInternal: return "Internal";
+    case ErrorCode::kOk:
+      return "Ok";
+    case ErrorCode::kNotEnoughBlocks:
+      return "NotEnoughBlocks";
+    case ErrorCode::kInvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::kInvalidState:
+      return "InvalidState";
+    case ErrorCode::kBlockFull:
+      return "BlockFull";
+    case ErrorCode::kBlockEmpty:
+      return "BlockEmpty";
+    case ErrorCode::kIncompleteBlock:
+      return "IncompleteBlock";
+    case ErrorCode::kInvalidHandle:
+      return "InvalidHandle";
+    case ErrorCode::kNotFound:
+      return "NotFound";
+    case ErrorCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case ErrorCode::kDaemonGone:
+      return "DaemonGone";
+    case ErrorCode::kProtocolError:
+      return "ProtocolError";
+    case ErrorCode::kVersionMismatch:
+      return "VersionMismatch";
+    case ErrorCode::kConfigError:
+      return "ConfigError";
+    case ErrorCode::kPermissionDenied:
+      return "PermissionDenied";
+    case ErrorCode::kIoError:
+      return "IoError";
+    case ErrorCode::kTimeout:
+      return "Timeout";
+    case ErrorCode::kUnsupported:
+      return "Unsupported";
+    case ErrorCode::kDeviceError:
+      return "DeviceError";
+    case ErrorCode::kDisconnected:
+      return "Disconnected";
+    case ErrorCode::kInternal:
+      return "Internal";
+    case ErrorCode::kQuotaExceeded:
+      return "QuotaExceeded";
+    case ErrorCode::kDaemonUnresponsive:
+      return "DaemonUnresponsive";
   }
   return "Unknown";
 }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace kvpool::pool {
@@ -271,14 +272,20 @@ bool PoolCore::add_hold(uint32_t owner, uint32_t id) {
   return true;
 }
 
-bool PoolCore::drop_hold(uint32_t owner, uint32_t id) {
+bool PoolCore::drop_hold(uint32_t owner, uint32_t id) { return drop_holds(owner, id, false); }
+
+void PoolCore::drop_hold_all(uint32_t owner, uint32_t id) { (void)drop_holds(owner, id, true); }
+
+bool PoolCore::drop_holds(uint32_t owner, uint32_t id, bool all) {
   uint64_t key = hold_key(owner, id);
   uint32_t h = hold_table_.find(key);
   if (h == kNone) return false;
   OwnerRecord& o = owners_[owner];
   HoldEntry& e = holds_[h];
-  --o.hold_refs;
-  if (--e.count > 0) return true;
+  const uint32_t dropped = all ? e.count : 1;
+  o.hold_refs -= dropped;
+  e.count -= dropped;
+  if (e.count > 0) return true;
   if (e.prev != kNone) {
     holds_[e.prev].next = e.next;
   } else {
@@ -413,9 +420,10 @@ void PoolCore::take_reference(uint32_t owner, uint32_t id) {
   add_hold(owner, id);
 }
 
-void PoolCore::drop_reference(uint32_t id) {
+void PoolCore::drop_reference(uint32_t id, uint32_t count) {
   BlockMeta& b = blocks_[id];
-  if (--b.refcount > 0) return;
+  b.refcount -= count;  // count <= refcount: the holds it drops were counted in it
+  if (b.refcount > 0) return;
   b.returned_tick = ++header_->tick;
   bump(header_->stats.active_blocks, -1);
   inactive_push(id);
@@ -429,6 +437,27 @@ Status PoolCore::check_owner(uint32_t owner) const {
                                                    " out of range (max_owners " +
                                                    std::to_string(header_->max_owners) + ")");
   return Status::ok();
+}
+
+Status PoolCore::set_quota(const OwnerQuota& quota) {
+  if (quota.max_refs_per_block == 0)
+    return Status(ErrorCode::kInvalidArgument, "max_refs_per_block must be at least 1");
+  if (uint64_t{quota.max_refs_per_block} * header_->max_owners >= (uint64_t{1} << 32))
+    return Status(ErrorCode::kInvalidArgument,
+                  "max_refs_per_block " + std::to_string(quota.max_refs_per_block) + " x " +
+                      std::to_string(header_->max_owners) +
+                      " clients could overflow a 32-bit reference count");
+  quota_ = quota;
+  return Status::ok();
+}
+
+Status PoolCore::check_block_quota(uint32_t owner, uint32_t id, uint32_t extra) const {
+  const uint64_t held = id == kNone ? 0 : holds_of(owner, id);  // kNone: a block not yet registered
+  if (held + extra <= quota_.max_refs_per_block) return Status::ok();
+  return Status(ErrorCode::kQuotaExceeded,
+                "pool '" + name_ + "': this client would hold more than " +
+                    std::to_string(quota_.max_refs_per_block) + " references on block " +
+                    std::to_string(id) + " (max_refs_per_block)");
 }
 
 Status PoolCore::check_mutable_handle(uint32_t owner, BlockRef ref) const {
@@ -452,6 +481,13 @@ Status PoolCore::check_mutable_handle(uint32_t owner, BlockRef ref) const {
 Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
+  if (quota_.max_mutable_blocks != 0 &&
+      uint64_t{owners_[owner].mutable_count} + n > quota_.max_mutable_blocks)
+    return Status(ErrorCode::kQuotaExceeded,
+                  "pool '" + name_ + "': this client holds " +
+                      std::to_string(owners_[owner].mutable_count) + " mutable blocks, " +
+                      std::to_string(n) + " more would pass its quota of " +
+                      std::to_string(quota_.max_mutable_blocks) + " (max_mutable_blocks)");
   uint32_t free_n = header_->stats.free_blocks.load(std::memory_order_relaxed);
   uint64_t available =
       uint64_t{free_n} + header_->stats.inactive_blocks.load(std::memory_order_relaxed);
@@ -516,6 +552,7 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
                   "pool '" + name_ + "' has " + std::to_string(holds_free()) +
                       " reference slots left, register of " + std::to_string(items.size()) +
                       " needs that many (raise max_holds)");
+  KVPOOL_RETURN_IF_ERROR(check_register_quota(owner, items));
 
   stored_scratch_.clear();
   for (size_t i = 0; i < items.size(); ++i) {
@@ -553,6 +590,40 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
   return Status::ok();
 }
 
+// Quotas of a register call, all or nothing: priority cap, references in total, and
+// references per block (this call's items counted per hash: the first of a new hash
+// registers the caller's block, each further one shares it).
+Status PoolCore::check_register_quota(uint32_t owner, std::span<const RegisterItem> items) {
+  for (const RegisterItem& it : items) {
+    if (it.priority > quota_.max_priority)
+      return Status(ErrorCode::kQuotaExceeded,
+                    "pool '" + name_ + "': priority " + std::to_string(it.priority) +
+                        " is above this instance's cap of " + std::to_string(quota_.max_priority) +
+                        " (max_priority)");
+  }
+  const OwnerRecord& o = owners_[owner];
+  if (quota_.max_references != 0 && o.hold_refs + items.size() > quota_.max_references)
+    return Status(ErrorCode::kQuotaExceeded,
+                  "pool '" + name_ + "': this client holds " + std::to_string(o.hold_refs) +
+                      " references, " + std::to_string(items.size()) +
+                      " more would pass its quota of " + std::to_string(quota_.max_references) +
+                      " (max_references)");
+  // Cheap test first; the exact count only for a call that could come near the cap.
+  bool near = items.size() > quota_.max_refs_per_block;
+  for (size_t i = 0; i < items.size() && !near; ++i) {
+    uint32_t ex = table_.find(items[i].sequence_hash);
+    near = ex != kNone && holds_of(owner, ex) + items.size() > quota_.max_refs_per_block;
+  }
+  if (!near) return Status::ok();
+  std::unordered_map<uint64_t, uint32_t> per_hash;
+  for (const RegisterItem& it : items) ++per_hash[it.sequence_hash];
+  for (const auto& [hash, count] : per_hash) {
+    uint32_t ex = table_.find(hash);
+    KVPOOL_RETURN_IF_ERROR(check_block_quota(owner, ex == kNone ? kNone : ex, count));
+  }
+  return Status::ok();
+}
+
 Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
@@ -561,6 +632,13 @@ Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashe
                   "pool '" + name_ + "' has " + std::to_string(holds_free()) +
                       " reference slots left, match of " + std::to_string(hashes.size()) +
                       " may need that many (raise max_holds)");
+  if (quota_.max_references != 0 &&
+      owners_[owner].hold_refs + hashes.size() > quota_.max_references)
+    return Status(ErrorCode::kQuotaExceeded,
+                  "pool '" + name_ + "': this client holds " +
+                      std::to_string(owners_[owner].hold_refs) + " references, a match of " +
+                      std::to_string(hashes.size()) + " could pass its quota of " +
+                      std::to_string(quota_.max_references) + " (max_references)");
   // Three passes over chunks of 64 so the cache misses of a whole chunk overlap: prefetch
   // the registry slots, then look up and prefetch each hit's metadata and hold slot, then
   // take the references. Roughly halves the time of a 64-hash match on a large pool.
@@ -579,6 +657,14 @@ Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashe
       hold_table_.prefetch(hold_key(owner, id));
     }
     for (size_t i = 0; i < hit; ++i) {
+      if (Status q = check_block_quota(owner, ids[i], 1); !q.is_ok()) {
+        // Only a client that repeats hashes gets here: give back what this call took.
+        for (uint32_t k = n; k-- > 0;) {
+          drop_hold(owner, out[k].id);
+          drop_reference(out[k].id);
+        }
+        return q;
+      }
       take_reference(owner, ids[i]);
       out[n++] = BlockRef{ids[i], blocks_[ids[i]].generation};
     }
@@ -589,50 +675,64 @@ Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashe
   return n;
 }
 
-Status PoolCore::release_mutable(uint32_t owner, std::span<const BlockRef> blocks) {
+// Releases are fire-and-forget, and a hostile client can send millions of bad handles:
+// a rejection is counted with no allocation; only the first one's message is built.
+Status PoolCore::release_mutable(uint32_t owner, std::span<const BlockRef> blocks,
+                                 uint32_t* rejected) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
-  Status first;
-  for (BlockRef r : blocks) {
-    Status s = check_mutable_handle(owner, r);
-    if (!s.is_ok()) {
-      bump(header_->stats.rejected_handles, 1);
-      if (first.is_ok()) first = std::move(s);
+  uint32_t bad = 0;
+  const BlockRef* first_bad = nullptr;
+  for (const BlockRef& r : blocks) {
+    const bool ok = r.id < header_->num_blocks && blocks_[r.id].generation == r.generation &&
+                    blocks_[r.id].state == static_cast<uint8_t>(BlockStateCode::kMutable) &&
+                    blocks_[r.id].owner == owner;
+    if (!ok) {
+      if (bad++ == 0) first_bad = &r;
       continue;
     }
     recycle(owner, r.id);
   }
-  return first;
+  if (bad == 0) return Status::ok();
+  bump(header_->stats.rejected_handles, bad);
+  if (rejected) *rejected += bad;
+  return check_mutable_handle(owner, *first_bad);  // the first rejection, explained
 }
 
-Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blocks) {
+Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blocks,
+                                   uint32_t* rejected) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
-  Status first;
+  uint32_t bad = 0;
+  BlockRef first_bad{};
+  bool first_dropped = false;  // first_bad named a real active block this owner did not hold
   for (size_t k = blocks.size(); k-- > 0;) {
     BlockRef r = blocks[k];
-    Status s;
-    if (r.id >= header_->num_blocks) {
-      s = Status(ErrorCode::kInvalidHandle,
-                 handle_text(r) + " does not exist in pool '" + name_ + "'");
-    } else if (blocks_[r.id].generation != r.generation) {
-      s = Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(r) +
-                                                " was reused, it is at generation " +
-                                                std::to_string(blocks_[r.id].generation));
-    } else if (blocks_[r.id].state != static_cast<uint8_t>(BlockStateCode::kActive) ||
-               !drop_hold(owner, r.id)) {
-      s = Status(ErrorCode::kInvalidHandle,
-                 handle_text(r) + " is not an immutable block held by this client");
-    }
-    if (!s.is_ok()) {
-      bump(header_->stats.rejected_handles, 1);
-      if (first.is_ok()) first = std::move(s);
+    const bool named = r.id < header_->num_blocks && blocks_[r.id].generation == r.generation &&
+                       blocks_[r.id].state == static_cast<uint8_t>(BlockStateCode::kActive);
+    if (!named || !drop_hold(owner, r.id)) {
+      if (bad++ == 0) {
+        first_bad = r;
+        first_dropped = named;
+      }
       continue;
     }
     drop_reference(r.id);
     bump(header_->stats.released_refs, 1);
   }
-  return first;
+  if (bad == 0) return Status::ok();
+  bump(header_->stats.rejected_handles, bad);
+  if (rejected) *rejected += bad;
+  const BlockRef r = first_bad;
+  if (r.id >= header_->num_blocks)
+    return Status(ErrorCode::kInvalidHandle,
+                  handle_text(r) + " does not exist in pool '" + name_ + "'");
+  if (!first_dropped && blocks_[r.id].generation != r.generation)
+    return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(r) +
+                                                 " was reused, it is at generation " +
+                                                 std::to_string(blocks_[r.id].generation));
+  return Status(ErrorCode::kInvalidHandle,
+                handle_text(r) + " is not an immutable block held by this client");
 }
 
 uint32_t PoolCore::release_owner(uint32_t owner) {
@@ -648,10 +748,10 @@ uint32_t PoolCore::release_owner(uint32_t owner) {
     HoldEntry& e = holds_[o.hold_head];
     uint32_t id = e.block;
     uint32_t count = e.count;
-    for (uint32_t i = 0; i < count; ++i) {
-      drop_hold(owner, id);
-      drop_reference(id);
-    }
+    // One step per hold record, not per reference: a client's many references on one
+    // block go in one subtraction.
+    drop_hold_all(owner, id);
+    drop_reference(id, count);
     bump(header_->stats.released_refs, count);
     ++returned;
   }

@@ -1,6 +1,7 @@
 #include "kvpool/shm/futex.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,5 +34,7 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   // about them anyway: the waiter's timeout bounds the damage.
   ::syscall(SYS_futex, futex_word(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
+
+void yield_core() { ::sched_yield(); }
 
 }  // namespace kvpool::shm

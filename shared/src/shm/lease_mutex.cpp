@@ -108,6 +108,17 @@ Status unlock(LeaseMutex& mutex) {
   return check(::pthread_mutex_unlock(&mutex.m), "pthread_mutex_unlock lease mutex");
 }
 
+LeaseWord peek(const LeaseMutex& mutex) {
+#ifdef __GLIBC__
+  // One acquire load of the word (std::atomic_ref<const int> is C++26; the builtin is what
+  // atomic_ref compiles to). Only the value is used; nothing is dereferenced.
+  const auto v = static_cast<uint32_t>(__atomic_load_n(&mutex.m.__data.__lock, __ATOMIC_ACQUIRE));
+  return LeaseWord{v & FUTEX_TID_MASK, (v & FUTEX_OWNER_DIED) != 0};
+#else
+#error "kvpool reads the robust mutex's futex word; only glibc's layout is known"
+#endif
+}
+
 Status destroy(LeaseMutex& mutex) {
   return check(::pthread_mutex_destroy(&mutex.m), "pthread_mutex_destroy lease mutex");
 }

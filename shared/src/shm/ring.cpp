@@ -157,14 +157,13 @@ void RingProducer::publish() {
   ring(header_->consumer_bell);
 }
 
-WaitResult RingProducer::wait_for_space(uint32_t payload_len, uint32_t spin_iterations,
+WaitResult RingProducer::wait_for_space(uint32_t payload_len, PollPolicy policy,
                                         std::chrono::nanoseconds timeout) {
   if (!error_ || payload_len > max_payload()) return WaitResult::kReady;
   const uint64_t needed = bytes_needed(payload_len);
   return wait(
       header_->producer_bell,
-      [&] { return has_space(needed) || !refresh_head() || has_space(needed); }, spin_iterations,
-      timeout);
+      [&] { return has_space(needed) || !refresh_head() || has_space(needed); }, policy, timeout);
 }
 
 // ---- consumer ----
@@ -257,12 +256,11 @@ void RingConsumer::consume() {
   store_head();
 }
 
-WaitResult RingConsumer::wait_for_data(uint32_t spin_iterations, std::chrono::nanoseconds timeout) {
+WaitResult RingConsumer::wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout) {
   if (!error_ || pending_ != 0) return WaitResult::kReady;
   return wait(
       header_->consumer_bell,
-      [&] { return header_->tail.load(std::memory_order_acquire) != head_; }, spin_iterations,
-      timeout);
+      [&] { return header_->tail.load(std::memory_order_acquire) != head_; }, policy, timeout);
 }
 
 }  // namespace kvpool::shm

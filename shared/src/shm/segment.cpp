@@ -169,6 +169,9 @@ Result<Segment> Segment::create_anonymous(const std::string& debug_name, size_t 
   KVPOOL_RETURN_IF_ERROR(check_size(d, bytes));
   UniqueFd fd(::memfd_create(debug_name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return io_error("memfd_create '" + debug_name + "'", errno);
+  // A memfd is created mode 0777: a peer holding a read-only descriptor could re-open it
+  // read-write through /proc/<pid>/fd. 0600 limits that to our own uid (and root).
+  if (::fchmod(fd.get(), 0600) != 0) return io_error("fchmod memfd '" + debug_name + "'", errno);
   KVPOOL_RETURN_IF_ERROR(size_and_back(fd.get(), bytes, d));
   // The descriptor is meant to be handed to another process: seal the size so that peer
   // cannot shrink the object under our mapping (our next access would SIGBUS).

@@ -14,26 +14,28 @@ namespace kvpool {
 // Stable numeric values: they travel in shm protocol records.
 enum class ErrorCode : uint16_t {
   kOk = 0,
-  kNotEnoughBlocks = 1,    // allocate(n) with fewer than n free + evictable blocks
-  kInvalidArgument = 2,    // a value out of range (count, index, dimension)
-  kInvalidState = 3,       // operation not allowed in the block's current state
-  kBlockFull = 4,          // add_token on a full block
-  kBlockEmpty = 5,         // pop_token on an empty block
-  kIncompleteBlock = 6,    // commit() before the block holds page_size tokens
-  kInvalidHandle = 7,      // stale generation, foreign handle, unknown block id
-  kNotFound = 8,           // unknown pool, instance, file
-  kResourceExhausted = 9,  // a fixed capacity (slots, holds, ring) is used up
-  kDaemonGone = 10,        // the daemon died or shut down under this client
-  kProtocolError = 11,     // malformed record on a ring or the socket
-  kVersionMismatch = 12,   // shm layout major version differs
-  kConfigError = 13,       // bad configuration field
-  kPermissionDenied = 14,  // uid/gid not allowed, or OS permission error
-  kIoError = 15,           // an OS call failed (message carries errno text)
-  kTimeout = 16,           // a bounded wait ran out
-  kUnsupported = 17,       // e.g. built without CUDA
-  kDeviceError = 18,       // a CUDA call failed
-  kDisconnected = 19,      // this client was disconnected by the daemon
-  kInternal = 20,          // a bug: an invariant broke
+  kNotEnoughBlocks = 1,      // allocate(n) with fewer than n free + evictable blocks
+  kInvalidArgument = 2,      // a value out of range (count, index, dimension)
+  kInvalidState = 3,         // operation not allowed in the block's current state
+  kBlockFull = 4,            // add_token on a full block
+  kBlockEmpty = 5,           // pop_token on an empty block
+  kIncompleteBlock = 6,      // commit() before the block holds page_size tokens
+  kInvalidHandle = 7,        // stale generation, foreign handle, unknown block id
+  kNotFound = 8,             // unknown pool, instance, file
+  kResourceExhausted = 9,    // a fixed capacity (slots, holds, ring) is used up
+  kDaemonGone = 10,          // the daemon died or shut down under this client
+  kProtocolError = 11,       // malformed record on a ring or the socket
+  kVersionMismatch = 12,     // shm layout major version differs
+  kConfigError = 13,         // bad configuration field
+  kPermissionDenied = 14,    // uid/gid not allowed, or OS permission error
+  kIoError = 15,             // an OS call failed (message carries errno text)
+  kTimeout = 16,             // a bounded wait ran out
+  kUnsupported = 17,         // e.g. built without CUDA
+  kDeviceError = 18,         // a CUDA call failed
+  kDisconnected = 19,        // this client was disconnected by the daemon
+  kInternal = 20,            // a bug: an invariant broke
+  kQuotaExceeded = 21,       // this client's share (blocks, references, priority) is used up
+  kDaemonUnresponsive = 22,  // the daemon runs but stopped answering (stalled, SIGSTOPped)
 };
 
 // Short, stable name of a code ("NotEnoughBlocks").
@@ -62,7 +64,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be ok
   Result(ErrorCode code, std::string message) : v_(Status(code, std::move(message))) {}
 
@@ -91,8 +93,8 @@ Status io_error(std::string_view what, int err);
 }  // namespace kvpool
 
 // Propagates a non-ok Status from an expression that yields one.
-#define KVPOOL_RETURN_IF_ERROR(expr)           \
-  do {                                         \
-    ::kvpool::Status _kvpool_st = (expr);      \
+#define KVPOOL_RETURN_IF_ERROR(expr)            \
+  do {                                          \
+    ::kvpool::Status _kvpool_st = (expr);       \
     if (!_kvpool_st.is_ok()) return _kvpool_st; \
   } while (0)

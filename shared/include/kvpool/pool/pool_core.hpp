@@ -53,6 +53,19 @@ struct PoolCoreConfig {
   uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
 };
 
+// What one owner (client) may hold in one pool. Enforced by the pool core so that no
+// client can take every block, exhaust the reference table, or wrap a reference count.
+// 0 in the max_* fields means "no limit beyond the pool's own capacity".
+struct OwnerQuota {
+  uint32_t max_mutable_blocks = 0;  // mutable blocks held at once
+  uint64_t max_references = 0;      // immutable references held at once (sum over blocks)
+  // References one owner may hold on one block. Never unlimited: with it, a block's
+  // refcount is at most max_owners * max_refs_per_block, which must fit 32 bits.
+  uint32_t max_refs_per_block = 1024;
+  uint32_t max_priority = 0xFFFFFFFFu;  // registrations above it are refused
+  friend bool operator==(const OwnerQuota&, const OwnerQuota&) = default;
+};
+
 struct PoolCounts {
   uint32_t total;
   uint32_t free;
@@ -76,6 +89,9 @@ class PoolCore {
                                  std::string name = "pool");
 
   void set_event_sink(EventSink* sink) { sink_ = sink; }
+  // kInvalidArgument when max_owners * max_refs_per_block could wrap a refcount.
+  Status set_quota(const OwnerQuota& quota);
+  const OwnerQuota& quota() const { return quota_; }
 
   // Hands out n mutable blocks to `owner`, written to out[0..n).
   Status allocate(uint32_t owner, uint32_t n, BlockRef* out);
@@ -88,10 +104,13 @@ class PoolCore {
 
   // Returns mutable blocks to the free FIFO. Invalid handles are skipped and counted; the
   // first error is returned after the valid ones are applied.
-  Status release_mutable(uint32_t owner, std::span<const BlockRef> blocks);
+  // `rejected` (optional) is increased by the number of refused handles.
+  Status release_mutable(uint32_t owner, std::span<const BlockRef> blocks,
+                         uint32_t* rejected = nullptr);
   // Drops one reference per handle, last handle first (so a sequence released as one batch
   // returns its tail first and the tail is evicted before its parents, as in Dynamo).
-  Status release_immutable(uint32_t owner, std::span<const BlockRef> blocks);
+  Status release_immutable(uint32_t owner, std::span<const BlockRef> blocks,
+                           uint32_t* rejected = nullptr);
   // Everything `owner` holds: mutable blocks freed, every reference dropped. Returns the
   // number of blocks returned (mutable blocks + distinct immutable blocks).
   uint32_t release_owner(uint32_t owner);
@@ -116,11 +135,16 @@ class PoolCore {
   uint32_t free_pop();
   void owner_mutable_push(uint32_t owner, uint32_t id);
   void owner_mutable_remove(uint32_t owner, uint32_t id);
-  void recycle(uint32_t owner, uint32_t id);  // mutable -> free
+  void recycle(uint32_t owner, uint32_t id);         // mutable -> free
   void take_reference(uint32_t owner, uint32_t id);  // active hit or promotion
+  // kQuotaExceeded when `owner` already holds max_refs_per_block references on `id`.
+  Status check_block_quota(uint32_t owner, uint32_t id, uint32_t extra) const;
+  Status check_register_quota(uint32_t owner, std::span<const RegisterItem> items);
   bool add_hold(uint32_t owner, uint32_t id);
-  bool drop_hold(uint32_t owner, uint32_t id);  // false when owner holds none
-  void drop_reference(uint32_t id);  // refcount-1, inactive at 0
+  bool drop_hold(uint32_t owner, uint32_t id);      // false when owner holds none
+  void drop_hold_all(uint32_t owner, uint32_t id);  // every reference of owner on id
+  bool drop_holds(uint32_t owner, uint32_t id, bool all);
+  void drop_reference(uint32_t id, uint32_t count = 1);  // refcount-count, inactive at 0
   void inactive_push(uint32_t id);
   uint32_t inactive_pop();  // the block Dynamo's PriorityKey orders first
   void inactive_remove(uint32_t id);
@@ -131,7 +155,9 @@ class PoolCore {
   static uint64_t hold_key(uint32_t owner, uint32_t id) {
     return (static_cast<uint64_t>(owner) << 32) | id;
   }
-  uint32_t holds_free() const { return header_->max_holds - header_->stats.holds_used.load(std::memory_order_relaxed); }
+  uint32_t holds_free() const {
+    return header_->max_holds - header_->stats.holds_used.load(std::memory_order_relaxed);
+  }
 
   ArenaHeader* header_ = nullptr;
   BlockMeta* blocks_ = nullptr;
@@ -143,6 +169,7 @@ class PoolCore {
   FlatTable table_;
   FlatTable hold_table_;
   EventSink* sink_ = nullptr;
+  OwnerQuota quota_;
   uint32_t pool_index_ = 0;
   std::string name_;
   std::vector<StoredBlock> stored_scratch_;  // grows to the largest batch, then reused

@@ -9,13 +9,15 @@
 // that same thread.
 //
 // glibc keeps a robust mutex on the owning thread's robust list through pointers stored
-// inside the mutex, i.e. in shared memory. A process should hold a lease mutex in memory
-// that another live process can write only briefly (e.g. the daemon probing with
-// try_lock, then unlocking at once): a scribbling peer could corrupt that list.
+// inside the mutex, i.e. in shared memory. Only the client (whose segment it is) ever locks
+// it. The daemon never calls pthread functions on it: a client that rewrites those pointers
+// while the daemon holds the mutex would make glibc write through them in the daemon
+// (a crash, or a write anywhere). The daemon reads the futex word instead (peek()).
 #pragma once
 
 #include <pthread.h>
 
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
@@ -58,5 +60,16 @@ Status unlock(LeaseMutex& mutex);
 
 // Only when no thread holds it or waits on it.
 Status destroy(LeaseMutex& mutex);
+
+// What the mutex's futex word says, read with one atomic load and no pthread call: the
+// daemon's only way to look at a lease that lives in client-writable memory. The word is
+// 0 (unlocked), the owner's tid, or has FUTEX_OWNER_DIED set by the kernel when its owner
+// thread died. It is a claim by an untrusted peer, never proof of life on its own: the
+// caller checks the tid against the client's threads and the pidfd.
+struct LeaseWord {
+  uint32_t tid = 0;         // the owner thread's tid (in the owner's pid namespace), or 0
+  bool owner_died = false;  // FUTEX_OWNER_DIED
+};
+LeaseWord peek(const LeaseMutex& mutex);
 
 }  // namespace kvpool::shm

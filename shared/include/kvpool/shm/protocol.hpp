@@ -29,7 +29,9 @@ enum class MsgType : uint32_t {
   kWelcome = 2,
   kRefusal = 3,
   kReady = 4,
-  kObserve = 5,  // kvpoolctl: send me the control segment, attach nothing
+  kObserve = 5,     // kvpoolctl: send me the control segment, attach nothing
+  kDisconnect = 6,  // daemon -> attached client, then it hangs up: a Refusal-shaped record
+                    // whose code and message say why the client was cut off
 };
 
 struct Hello {
@@ -44,7 +46,7 @@ static_assert(sizeof(Hello) == 80 && std::is_trivially_copyable_v<Hello>);
 
 // Whether a pool of this storage gets a descriptor in the welcome (after the first three).
 // Both sides count the welcome's descriptors with it, so Welcome::num_fds is
-// 3 + the number of pools for which this is true.
+// 3 + the number of pools in Welcome::pool_mask for which this is true.
 inline constexpr bool welcome_carries_fd(shm::StorageKind storage) {
   return storage == shm::StorageKind::kHost;
 }
@@ -57,13 +59,16 @@ struct Welcome {
   uint32_t slot;
   uint32_t generation;
   uint32_t num_fds;
+  // Bit i set: this client may use pool i (per-pool allow-lists); only those pools' data
+  // descriptors travel in this message (layout 2.0).
+  uint32_t pool_mask;
   uint64_t ring_capacity;
 };
-static_assert(sizeof(Welcome) == 32 && std::is_trivially_copyable_v<Welcome>);
+static_assert(sizeof(Welcome) == 40 && std::is_trivially_copyable_v<Welcome>);
 
 struct Refusal {
   uint32_t magic;
-  MsgType type;   // kRefusal
+  MsgType type;   // kRefusal, or kDisconnect
   uint16_t code;  // ErrorCode
   uint16_t reserved;
   char message[244];

@@ -105,8 +105,8 @@ class RingProducer {
   void publish();
 
   // Waits until a record of `payload_len` bytes can be claimed (or the ring is found
-  // corrupt: try_claim then reports it). See shm::wait() for the spin/timeout contract.
-  WaitResult wait_for_space(uint32_t payload_len, uint32_t spin_iterations,
+  // corrupt: try_claim then reports it). See shm::wait() for the poll/timeout contract.
+  WaitResult wait_for_space(uint32_t payload_len, PollPolicy policy,
                             std::chrono::nanoseconds timeout);
 
   size_t capacity() const { return capacity_; }
@@ -162,7 +162,7 @@ class RingConsumer {
   void consume();
 
   // Waits until poll() has something to say (a record, or an error to report).
-  WaitResult wait_for_data(uint32_t spin_iterations, std::chrono::nanoseconds timeout);
+  WaitResult wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout);
 
   size_t capacity() const { return capacity_; }
   uint64_t padding_skipped() const { return padding_skipped_; }

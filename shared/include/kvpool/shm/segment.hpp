@@ -33,10 +33,10 @@ class Segment {
   // kResourceExhausted when /dev/shm cannot hold `bytes`.
   static Result<Segment> create(const std::string& name, size_t bytes, mode_t mode = 0600);
 
-  // Creates an unnamed object (memfd) of `bytes` zero bytes, mapped read-write. Nothing
-  // to clean up after a crash. The size is sealed (F_SEAL_SHRINK | F_SEAL_GROW) so a peer
-  // that receives the descriptor cannot truncate it under our mapping (which would make
-  // our next access SIGBUS).
+  // Creates an unnamed object (memfd) of `bytes` zero bytes, mapped read-write, mode 0600.
+  // Nothing to clean up after a crash, no name anyone can open or squat. The size is sealed
+  // (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) so a peer that receives the descriptor
+  // cannot truncate it under anyone's mapping (which would make their next access SIGBUS).
   static Result<Segment> create_anonymous(const std::string& debug_name, size_t bytes);
 
   // Maps an object received as a descriptor, whole (size from fstat). A read-only mapping

@@ -28,9 +28,11 @@ namespace kvpool::shm {
 
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
-inline constexpr uint16_t kLayoutMajor = 1;
-inline constexpr uint16_t kLayoutMinor =
-    3;                                    // 1: event ring; 2: latency histogram; 3: reclaim times
+// Major 2: segments are sealed memfds, the Welcome carries a pool mask. Minors of 1 (event
+// ring, latency histogram, reclaim times) are all in 2.0, which adds per-slot rejected
+// handles.
+inline constexpr uint16_t kLayoutMajor = 2;
+inline constexpr uint16_t kLayoutMinor = 0;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -131,7 +133,10 @@ struct SlotInfo {
   std::atomic<uint64_t> attach_time_ns;  // CLOCK_REALTIME
   std::atomic<uint64_t> requests;
   std::atomic<uint64_t> protocol_errors;
-  uint8_t reserved[24];
+  // Minor 4: release handles the daemon refused (stale, foreign, unknown); zeroed with the
+  // other counters when the slot is reused.
+  std::atomic<uint64_t> rejected_handles;
+  uint8_t reserved[16];
 };
 static_assert(std::is_standard_layout_v<SlotInfo>);
 static_assert(sizeof(SlotInfo) == 64);
