@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,7 +67,9 @@ double us_since(Clock::time_point t0) {
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+  // Nearest rank: of 100 samples, p99 is the 99th smallest, not the largest.
+  const double rank = std::ceil(p * static_cast<double>(v.size()));
+  return v[std::clamp<size_t>(static_cast<size_t>(rank), 1, v.size()) - 1];
 }
 
 std::vector<Token> tokens_for(uint64_t seed) {

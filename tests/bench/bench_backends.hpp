@@ -38,7 +38,7 @@ constexpr uint32_t kFillBatch = 1024;
 
 [[noreturn]] void die(const std::string& what);
 double us_since(Clock::time_point t0);
-// The p-quantile (0..1) of `v`; 0 when empty.
+// The p-quantile (0..1) of `v` by nearest rank; 0 when empty.
 double pct(std::vector<double> v, double p);
 std::vector<Token> tokens_for(uint64_t seed);
 // `n` hashes of one page of tokens under `n` random salts, as a worker that commits n blocks.

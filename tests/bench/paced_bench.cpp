@@ -250,7 +250,9 @@ class Worker {
     std::mt19937_64 rng(c.seed);
     std::span<const uint64_t> hashes(area_.hashes, area_.num_hashes);
     double* out = area_.worker_samples(index_);
-    Backend* b = c.backend < kFutexFloor || c.backend == kCore ? backend(c.backend) : nullptr;
+    const bool is_floor = c.backend == kFutexFloor || c.backend == kEventfdFloor;
+    Backend* b = is_floor ? nullptr : backend(c.backend);
+    if (!is_floor && !b) die(std::string("no ") + kBackendNames[c.backend] + " in this run");
     FloorServer* floor = c.backend == kFutexFloor ? s_.futex : s_.eventfd;
     for (int i = -c.warmup; i < c.samples; ++i) {
       if (c.gap_ns > 0) sleep_ns(c.gap_ns);
