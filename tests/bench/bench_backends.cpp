@@ -559,7 +559,11 @@ std::unique_ptr<Backend> make_socket_backend(const SocketServer& server) {
 // ---- redis -----------------------------------------------------------------------------
 
 std::string RedisServer::find_binary() {
-  if (const char* env = std::getenv("REDIS_SERVER"); env && *env) return env;
+  if (const char* env = std::getenv("REDIS_SERVER"); env && *env) {
+    if (access(env, X_OK) != 0)
+      die(std::string("REDIS_SERVER=") + env + " is not an executable: " + std::strerror(errno));
+    return env;
+  }
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
   for (size_t start = 0; start <= dirs.size();) {

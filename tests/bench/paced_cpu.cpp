@@ -1,18 +1,65 @@
 #include "paced_cpu.hpp"
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 
 namespace kvpool::bench {
+
+namespace {
+
+cpu_set_t g_allowed;
+bool g_allowed_known = false;
+
+cpu_set_t mask_for(int cpu) {
+  if (!g_allowed_known) die("remember_allowed_cpus() first");
+  if (cpu < 0) return g_allowed;
+  cpu_set_t m;
+  CPU_ZERO(&m);
+  CPU_SET(cpu, &m);
+  return m;
+}
+
+}  // namespace
+
+void remember_allowed_cpus() {
+  if (sched_getaffinity(0, sizeof(g_allowed), &g_allowed) != 0)
+    die(std::string("sched_getaffinity: ") + std::strerror(errno));
+  g_allowed_known = true;
+}
+
+std::vector<int> allowed_cpus() {
+  const cpu_set_t m = mask_for(-1);
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &m)) out.push_back(c);
+  return out;
+}
+
+void pin_process(pid_t pid, int cpu) {
+  const cpu_set_t m = mask_for(cpu);
+  for (pid_t tid : list_tasks(pid))
+    if (sched_setaffinity(tid, sizeof(m), &m) != 0 && errno != ESRCH)  // ESRCH: it just ended
+      die("sched_setaffinity on /proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) +
+          ": " + std::strerror(errno));
+}
+
+void pin_this_thread(int cpu) {
+  const cpu_set_t m = mask_for(cpu);
+  if (sched_setaffinity(0, sizeof(m), &m) != 0)
+    die(std::string("sched_setaffinity on the calling thread: ") + std::strerror(errno));
+}
 
 std::vector<pid_t> list_tasks(pid_t pid) {
   std::vector<pid_t> out;

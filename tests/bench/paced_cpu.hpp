@@ -1,4 +1,4 @@
-// CPU time of processes, from /proc, for kvpool_paced_bench's idle figure.
+// CPUs for kvpool_paced_bench: where processes run (affinity) and what they burn (CPU time).
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +9,15 @@
 #include "bench_backends.hpp"
 
 namespace kvpool::bench {
+
+// Records the CPUs this process may use, before anything is pinned; cpu -1 below means
+// "any of them". Forked processes inherit the record.
+void remember_allowed_cpus();
+std::vector<int> allowed_cpus();
+// Every thread of `pid` (/proc/<pid>/task) onto `cpu`. Threads it starts later are not
+// covered, so call it again before each measurement.
+void pin_process(pid_t pid, int cpu);
+void pin_this_thread(int cpu);
 
 // The thread ids of `pid` (/proc/<pid>/task); empty when it is gone.
 std::vector<pid_t> list_tasks(pid_t pid);
