@@ -140,6 +140,7 @@ ClientWorkers::ClientWorkers(const Servers& servers, size_t num_hashes, size_t c
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(0);
       ::close(sv[0]);
+      for (const Handle& other : workers_) ::close(other.fd);  // the coordinator's, not ours
       Worker w(i, servers, {hashes_, num_hashes_}, samples_ + static_cast<size_t>(i) * capacity_);
       worker_main(w, sv[1]);
     }
