@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job: kvpoold with the default host-memory config and 4 workers replaying a slice
+# The main job: kvpoold (the default host-memory config, with DEMO_BLOCKS blocks: 8192, 40% of
+# the slice's distinct blocks) and 4 workers replaying a slice
 # of a real production trace (Mooncake's conversation trace, tools/replay/traces): the first
 # DEMO_TRACE_SECONDS (300) seconds of it compressed into DEMO_SECONDS (25) seconds. One
 # worker is killed with kill -9 mid-run and the daemon reclaims its blocks. Prints the prefix
 # hit rate against the trace's infinite-cache ceiling and an exact simulation of the same
 # pool, the prefill saved, the bytes verified, the reclaim and the final pool state; exits
 # non-zero if an invariant fails.
-#   scripts/demo.sh            (DEMO_SECONDS=25, DEMO_TRACE_SECONDS=300 by default)
+#   scripts/demo.sh            (DEMO_SECONDS=25, DEMO_TRACE_SECONDS=300, DEMO_BLOCKS=8192)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -14,6 +15,7 @@ scripts/bootstrap.sh
 BUILD_DIR=${BUILD_DIR:-build}
 SECONDS_RUN=${DEMO_SECONDS:-25}
 TRACE_SECONDS=${DEMO_TRACE_SECONDS:-300}
+BLOCKS=${DEMO_BLOCKS:-8192}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" --target kvpoold kvpoolctl kvpool-replay >/dev/null
 
@@ -31,7 +33,8 @@ trap cleanup EXIT
 
 fail() { echo "demo: FAILED: $*" >&2; echo "--- kvpoold log ---" >&2; cat "$RUN/kvpoold.log" >&2; exit 1; }
 
-"$KVPOOLD" --instance "$INSTANCE" --runtime-dir "$RUN" >"$RUN/kvpoold.log" 2>&1 &
+"$KVPOOLD" --print-default-config | sed "s/\"num_blocks\": [0-9]*/\"num_blocks\": $BLOCKS/" >"$RUN/kvpoold.json"
+"$KVPOOLD" --config "$RUN/kvpoold.json" --instance "$INSTANCE" --runtime-dir "$RUN" >"$RUN/kvpoold.log" 2>&1 &
 DAEMON_PID=$!
 for _ in $(seq 1 100); do   # wait for the socket (bounded: 10 s)
   "$CTL" status --instance "$INSTANCE" --runtime-dir "$RUN" >/dev/null 2>&1 && break
@@ -39,7 +42,7 @@ for _ in $(seq 1 100); do   # wait for the socket (bounded: 10 s)
   sleep 0.1
 done
 "$CTL" status --instance "$INSTANCE" --runtime-dir "$RUN" >/dev/null || fail "kvpoold did not come up"
-echo "kvpoold running (pid $DAEMON_PID), default config: $("$CTL" status --instance "$INSTANCE" --runtime-dir "$RUN" --json | grep -o '"total_blocks": [0-9]*' | head -1)"
+echo "kvpoold running (pid $DAEMON_PID), default config with $("$CTL" status --instance "$INSTANCE" --runtime-dir "$RUN" --json | grep -o '"total_blocks": [0-9]*' | head -1)"
 
 # The replay: 4 workers, one SIGKILL about a third of the way in (a replacement serves the
 # rest of the victim's share). kvpool-replay checks every matched block's bytes, the final

@@ -5,7 +5,7 @@
 # the same capacities, and the torch engine's TTFT with and without kvpool; then PNGs
 # (python3-matplotlib) of hit rate vs capacity, the latency CDF per operation, and TTFT.
 #   scripts/replay.sh [OUT_DIR]            (default docs/replay)
-#   REPLAY_SPAN_S=600 REPLAY_SPEED=30 TTFT_REQUESTS=200 scripts/replay.sh
+#   REPLAY_SPAN_S=600 REPLAY_SPEED=30 TTFT_REQUESTS=100 scripts/replay.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -14,7 +14,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 OUT=${1:-docs/replay}
 SPAN=${REPLAY_SPAN_S:-600}
 SPEED=${REPLAY_SPEED:-30}
-TTFT_REQUESTS=${TTFT_REQUESTS:-200}
+TTFT_REQUESTS=${TTFT_REQUESTS:-100}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" --target kvpoold kvpoolctl kvpool-replay kvpool_python >/dev/null
 

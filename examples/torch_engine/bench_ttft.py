@@ -11,7 +11,7 @@ while), then the measured requests one after another in trace order:
 TTFT is the time of that step for the prompt (the first token's logits are its last row).
 Every request's logits are checked equal between the two (a wrong block would show).
 
-    python3 bench_ttft.py [--warmup 800] [--requests 150] [--json out.json]
+    python3 bench_ttft.py [--warmup 600] [--requests 100] [--json out.json]
 KVPOOLD (env or --kvpoold) names the kvpoold binary; PYTHONPATH must reach the kvpool module.
 """
 
@@ -76,8 +76,8 @@ def pct(values, p):
 def main():
     ap = argparse.ArgumentParser(description="TTFT with and without kvpool over a trace slice")
     ap.add_argument("--trace", default=TRACE)
-    ap.add_argument("--warmup", type=int, default=800, help="trace requests served before measuring")
-    ap.add_argument("--requests", type=int, default=150, help="trace requests measured")
+    ap.add_argument("--warmup", type=int, default=600, help="trace requests served before measuring")
+    ap.add_argument("--requests", type=int, default=100, help="trace requests measured")
     ap.add_argument("--page", type=int, default=8, help="tokens per trace block (scaled from 512)")
     ap.add_argument("--blocks", type=int, default=8192, help="pool capacity")
     ap.add_argument("--layers", type=int, default=2)

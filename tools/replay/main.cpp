@@ -300,11 +300,16 @@ int main(int argc, char** argv) {
   std::printf("pool:             '%s' of kvpoold '%s': %u blocks = %.1f%% of the slice's distinct blocks\n",
               o.run.pool.c_str(), o.run.instance.c_str(), capacity,
               100.0 * capacity / double(tf.distinct_blocks));
+  char kill_buf[64] = "never";
+  if (o.run.kill_interval_s > 0)
+    std::snprintf(kill_buf, sizeof(kill_buf), "~%g s%s", o.run.kill_interval_s,
+                  o.run.max_kills >= 0 ? (" (at most " + std::to_string(o.run.max_kills) + ")").c_str() : "");
+  const std::string kill_every = kill_buf;
   std::printf("replay:           %d workers, routing %s, speed x%g (%.1f s), decode %g ms/token of "
               "trace time, kill every %s\n",
               o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin",
               o.run.speed, tf.span_s / o.run.speed, o.run.token_ms,
-              o.run.kill_interval_s > 0 ? (std::to_string(o.run.kill_interval_s) + " s").c_str() : "never");
+              kill_every.c_str());
   std::fflush(stdout);
 
   auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms});
