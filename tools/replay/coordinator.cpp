@@ -59,7 +59,8 @@ class Coordinator {
       return std::move(res_);
     }
     start_ = Clock::now() + std::chrono::milliseconds(20);
-    start_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+    start_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
     for (auto& [pid, wk] : live_) {
       std::string go = "GO " + std::to_string(start_ns_) + "\n";
       if (::write(wk.in_fd, go.data(), go.size()) != static_cast<ssize_t>(go.size()))
@@ -70,7 +71,8 @@ class Coordinator {
       int wait_ms = 100;
       if (next_kill != Clock::time_point::max())
         wait_ms = static_cast<int>(std::clamp<int64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(next_kill - Clock::now()).count(), 0, 100));
+            std::chrono::duration_cast<std::chrono::milliseconds>(next_kill - Clock::now()).count(),
+            0, 100));
       pump(wait_ms);
       if (Clock::now() >= next_kill) {
         kill_one();
@@ -82,7 +84,8 @@ class Coordinator {
     if (!late_ms_.empty())
       res_.late_p99_ms = late_ms_[std::min(late_ms_.size() - 1, late_ms_.size() * 99 / 100)];
     if (done_.size() != reqs_.size())
-      res_.violations.push_back(std::to_string(reqs_.size() - done_.size()) + " requests were never served");
+      res_.violations.push_back(std::to_string(reqs_.size() - done_.size()) +
+                                " requests were never served");
     return std::move(res_);
   }
 
@@ -122,10 +125,20 @@ class Coordinator {
       res_.violations.push_back(std::string("pipe: ") + std::strerror(errno));
       return;
     }
-    std::vector<std::string> args = {o_.self, "--worker", "--instance", o_.instance,
-                                     "--pool", o_.pool, "--assign", file,
-                                     "--speed", std::to_string(o_.speed), "--token-ms",
-                                     std::to_string(o_.token_ms)};
+    std::vector<std::string> args = {o_.self,
+                                     "--worker",
+                                     "--instance",
+                                     o_.instance,
+                                     "--pool",
+                                     o_.pool,
+                                     "--assign",
+                                     file,
+                                     "--speed",
+                                     std::to_string(o_.speed),
+                                     "--token-ms",
+                                     std::to_string(o_.token_ms),
+                                     "--shallow-levels",
+                                     std::to_string(o_.shallow_levels)};
     if (!o_.runtime_dir.empty()) args.insert(args.end(), {"--runtime-dir", o_.runtime_dir});
     if (start_ns >= 0) args.insert(args.end(), {"--start-ns", std::to_string(start_ns)});
     pid_t pid = ::fork();
@@ -240,10 +253,9 @@ class Coordinator {
     }
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return;
     if (WIFEXITED(st) && WEXITSTATUS(st) == 1) return;  // corrupt blocks: counted per line
-    res_.violations.push_back(
-        "worker " + std::to_string(pid) + " " +
-        (WIFEXITED(st) ? "exited " + std::to_string(WEXITSTATUS(st))
-                       : "died of signal " + std::to_string(WTERMSIG(st))));
+    res_.violations.push_back("worker " + std::to_string(pid) + " " +
+                              (WIFEXITED(st) ? "exited " + std::to_string(WEXITSTATUS(st))
+                                             : "died of signal " + std::to_string(WTERMSIG(st))));
   }
 
   void kill_one() {
@@ -254,9 +266,11 @@ class Coordinator {
     if (o_.max_kills >= 0 && res_.kills >= static_cast<uint64_t>(o_.max_kills)) return;
     pid_t victim = candidates[rng_() % candidates.size()];
     ::kill(victim, SIGKILL);
-    std::printf("killed worker %d (pid %d) with SIGKILL at %.1f s; a replacement serves the rest of its share\n",
-                live_[victim].number + 1, victim,
-                std::chrono::duration<double>(Clock::now() - start_).count());
+    std::printf(
+        "killed worker %d (pid %d) with SIGKILL at %.1f s; a replacement serves the rest of its "
+        "share\n",
+        live_[victim].number + 1, victim,
+        std::chrono::duration<double>(Clock::now() - start_).count());
     std::fflush(stdout);
     live_[victim].killed = true;  // replaced once its pipe is drained (pump -> retire)
     ++res_.kills;

@@ -20,6 +20,7 @@ struct RunOptions {
   bool route_by_first_block = false;
   double speed = 1;
   double token_ms = 10;
+  uint32_t shallow_levels = 0;  // see block_priority() in simulate.hpp
   double kill_interval_s = 0;
   int max_kills = -1;  // -1: no limit
   uint64_t seed = 1;
@@ -30,8 +31,8 @@ struct RunResult {
   uint64_t requests = 0, prompt_blocks = 0, matched_blocks = 0, verified_bytes = 0;
   uint64_t verified_blocks = 0, corrupt_blocks = 0, uncached_requests = 0;
   uint64_t kills = 0, replacements = 0;
-  double wall_s = 0;      // from start to the last worker's exit
-  double late_p99_ms = 0; // how far behind the trace's clock requests were started
+  double wall_s = 0;       // from start to the last worker's exit
+  double late_p99_ms = 0;  // how far behind the trace's clock requests were started
   std::vector<double> match_us, allocate_us, register_us, release_us;
   std::vector<std::string> violations;
 };

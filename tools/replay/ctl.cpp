@@ -39,11 +39,13 @@ Ran run(const CtlTarget& t, const std::string& args) {
 Result<nlohmann::json> status_json(const CtlTarget& t) {
   Ran r = run(t, "status --json");
   if (r.rc != 0)
-    return Status(ErrorCode::kNotFound, "kvpoolctl status failed (rc " + std::to_string(r.rc) + "): " + r.out);
+    return Status(ErrorCode::kNotFound,
+                  "kvpoolctl status failed (rc " + std::to_string(r.rc) + "): " + r.out);
   try {
     return nlohmann::json::parse(r.out);
   } catch (const std::exception& e) {
-    return Status(ErrorCode::kInternal, std::string("kvpoolctl status printed no JSON: ") + e.what());
+    return Status(ErrorCode::kInternal,
+                  std::string("kvpoolctl status printed no JSON: ") + e.what());
   }
 }
 
@@ -79,7 +81,8 @@ Result<std::string> ctl_first_pool(const CtlTarget& t) {
 Status ctl_check(const CtlTarget& t) {
   Ran r = run(t, "check");
   if (r.rc == 0) return Status::ok();
-  return Status(ErrorCode::kInternal, "kvpoolctl check (rc " + std::to_string(r.rc) + "): " + r.out);
+  return Status(ErrorCode::kInternal,
+                "kvpoolctl check (rc " + std::to_string(r.rc) + "): " + r.out);
 }
 
 }  // namespace kvpool::replay

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +54,8 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --blocks N | --capacity-pct P   N blocks, or P% of the slice's distinct blocks
   --page-size T         tokens per block of the private pool (default 16; trace blocks are
                         512 tokens, each trace block becomes one pool block of T tokens)
+  --shallow-levels L    block priorities: the first L blocks of each prompt get L..1, leaves
+                        are evicted first (default 0: Dynamo's default, all priority 0)
   --kvpoolctl PATH      kvpoolctl used for the final checks
   --max-sim-gap P       fail when kvpool's hit rate is more than P points from the simulation's
   --json FILE           write the figures (and latency samples) as JSON
@@ -132,9 +134,9 @@ uint64_t sweep(const std::vector<TraceRequest>& reqs, const RunOptions& o,
       for (uint32_t l = 0; l < L.num_layers; ++l)
         for (uint32_t oo = 0; oo < L.outer_dim; ++oo)
           if (!check_region(*(*hit)[k].address(l, oo), region, r.ids[k], l * L.outer_dim + oo)) {
-            violations.push_back("final sweep: cached block of trace id " + std::to_string(r.ids[k]) +
-                                 " (pool block " + std::to_string((*hit)[k].block_id()) +
-                                 ") holds wrong bytes");
+            violations.push_back("final sweep: cached block of trace id " +
+                                 std::to_string(r.ids[k]) + " (pool block " +
+                                 std::to_string((*hit)[k].block_id()) + ") holds wrong bytes");
             l = L.num_layers;
             break;
           }
@@ -164,13 +166,22 @@ int main(int argc, char** argv) {
     WorkerOptions w;
     for (int i = 2; i + 1 < argc; i += 2) {
       std::string k = argv[i], v = argv[i + 1];
-      if (k == "--instance") w.instance = v;
-      else if (k == "--runtime-dir") w.runtime_dir = v;
-      else if (k == "--pool") w.pool = v;
-      else if (k == "--assign") w.assign_file = v;
-      else if (k == "--start-ns") w.start_ns = std::stoll(v);
-      else if (k == "--speed") w.speed = std::stod(v);
-      else if (k == "--token-ms") w.token_ms = std::stod(v);
+      if (k == "--instance")
+        w.instance = v;
+      else if (k == "--runtime-dir")
+        w.runtime_dir = v;
+      else if (k == "--pool")
+        w.pool = v;
+      else if (k == "--assign")
+        w.assign_file = v;
+      else if (k == "--start-ns")
+        w.start_ns = std::stoll(v);
+      else if (k == "--speed")
+        w.speed = std::stod(v);
+      else if (k == "--token-ms")
+        w.token_ms = std::stod(v);
+      else if (k == "--shallow-levels")
+        w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
     }
     return run_worker(w);
   }
@@ -186,36 +197,59 @@ int main(int argc, char** argv) {
       }
       if (i + 1 >= argc) return usage_error(k + " needs a value");
       std::string v = argv[++i];
-      if (k == "--trace") o.trace = v;
-      else if (k == "--from") o.from = std::stoul(v);
-      else if (k == "--limit") o.limit = std::stoul(v);
-      else if (k == "--span-s") o.span_s = std::stod(v);
-      else if (k == "--speed") o.run.speed = std::stod(v);
-      else if (k == "--token-ms") o.run.token_ms = std::stod(v);
-      else if (k == "--workers") o.run.workers = std::stoi(v);
+      if (k == "--trace")
+        o.trace = v;
+      else if (k == "--from")
+        o.from = std::stoul(v);
+      else if (k == "--limit")
+        o.limit = std::stoul(v);
+      else if (k == "--span-s")
+        o.span_s = std::stod(v);
+      else if (k == "--speed")
+        o.run.speed = std::stod(v);
+      else if (k == "--token-ms")
+        o.run.token_ms = std::stod(v);
+      else if (k == "--workers")
+        o.run.workers = std::stoi(v);
       else if (k == "--route") {
         if (v != "rr" && v != "first") return usage_error("--route is rr or first, not " + v);
         o.run.route_by_first_block = v == "first";
-      } else if (k == "--kill-interval") o.run.kill_interval_s = std::stod(v);
-      else if (k == "--max-kills") o.run.max_kills = std::stoi(v);
-      else if (k == "--seed") o.run.seed = std::stoull(v);
-      else if (k == "--instance") o.run.instance = v;
-      else if (k == "--runtime-dir") o.run.runtime_dir = v;
-      else if (k == "--pool") o.run.pool = v;
-      else if (k == "--kvpoold") o.kvpoold = v;
-      else if (k == "--blocks") o.blocks = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--capacity-pct") o.capacity_pct = std::stod(v);
-      else if (k == "--page-size") o.page_size = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--kvpoolctl") o.kvpoolctl = v;
-      else if (k == "--json") o.json = v;
-      else if (k == "--max-sim-gap") o.max_sim_gap = std::stod(v);
+      } else if (k == "--kill-interval")
+        o.run.kill_interval_s = std::stod(v);
+      else if (k == "--max-kills")
+        o.run.max_kills = std::stoi(v);
+      else if (k == "--seed")
+        o.run.seed = std::stoull(v);
+      else if (k == "--instance")
+        o.run.instance = v;
+      else if (k == "--runtime-dir")
+        o.run.runtime_dir = v;
+      else if (k == "--pool")
+        o.run.pool = v;
+      else if (k == "--kvpoold")
+        o.kvpoold = v;
+      else if (k == "--blocks")
+        o.blocks = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--capacity-pct")
+        o.capacity_pct = std::stod(v);
+      else if (k == "--page-size")
+        o.page_size = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--kvpoolctl")
+        o.kvpoolctl = v;
+      else if (k == "--json")
+        o.json = v;
+      else if (k == "--shallow-levels")
+        o.run.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--max-sim-gap")
+        o.max_sim_gap = std::stod(v);
       else if (k == "--simulate-only") {
         for (size_t p = 0; p < v.size();) {
           size_t c = v.find(',', p);
           o.simulate_pcts.push_back(std::stod(v.substr(p, c - p)));
           p = c == std::string::npos ? v.size() : c + 1;
         }
-      } else return usage_error("unknown option " + k);
+      } else
+        return usage_error("unknown option " + k);
     }
   } catch (const std::exception&) {
     return usage_error("a number was expected");
@@ -234,12 +268,18 @@ int main(int argc, char** argv) {
   std::printf("trace:            %s, requests %u..%u (%llu), %.1f s of trace time\n",
               o.trace.c_str(), reqs.front().index, reqs.back().index,
               static_cast<unsigned long long>(tf.requests), tf.span_s);
-  std::printf("blocks:           %llu prompt blocks, %llu distinct; infinite-cache ceiling %.1f%%\n",
-              static_cast<unsigned long long>(tf.prompt_blocks),
-              static_cast<unsigned long long>(tf.distinct_blocks), 100 * tf.ceiling());
-  nlohmann::json out = {{"trace", o.trace}, {"from", o.from}, {"requests", tf.requests},
-                        {"prompt_blocks", tf.prompt_blocks}, {"distinct_blocks", tf.distinct_blocks},
-                        {"ceiling", tf.ceiling()}, {"span_s", tf.span_s}, {"token_ms", o.run.token_ms}};
+  std::printf(
+      "blocks:           %llu prompt blocks, %llu distinct; infinite-cache ceiling %.1f%%\n",
+      static_cast<unsigned long long>(tf.prompt_blocks),
+      static_cast<unsigned long long>(tf.distinct_blocks), 100 * tf.ceiling());
+  nlohmann::json out = {{"trace", o.trace},
+                        {"from", o.from},
+                        {"requests", tf.requests},
+                        {"prompt_blocks", tf.prompt_blocks},
+                        {"distinct_blocks", tf.distinct_blocks},
+                        {"ceiling", tf.ceiling()},
+                        {"span_s", tf.span_s},
+                        {"token_ms", o.run.token_ms}};
   auto write_json = [&] {
     if (o.json.empty()) return;
     std::ofstream(o.json) << out.dump(1) << "\n";
@@ -247,18 +287,22 @@ int main(int argc, char** argv) {
 
   if (!o.simulate_pcts.empty()) {
     out["simulation"] = nlohmann::json::array();
-    std::printf("capacity (%% of distinct)  blocks    simulated hit rate  uncached requests  (ceiling %.1f%%)\n",
-                100 * tf.ceiling());
+    std::printf(
+        "capacity (%% of distinct)  blocks    simulated hit rate  uncached requests  (ceiling "
+        "%.1f%%)\n",
+        100 * tf.ceiling());
     for (double p : o.simulate_pcts) {
       uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
-      auto sim = simulate(reqs, SimOptions{cap, o.run.token_ms});
+      auto sim = simulate(reqs, SimOptions{cap, o.run.token_ms, o.run.shallow_levels});
       if (!sim) {
         std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
         return 1;
       }
       std::printf("%24.1f%%  %7u  %17.1f%%  %17llu\n", p, cap, 100 * sim->hit_rate(),
                   static_cast<unsigned long long>(sim->uncached_requests));
-      out["simulation"].push_back({{"capacity_pct", p}, {"blocks", cap}, {"hit_rate", sim->hit_rate()},
+      out["simulation"].push_back({{"capacity_pct", p},
+                                   {"blocks", cap},
+                                   {"hit_rate", sim->hit_rate()},
                                    {"uncached_requests", sim->uncached_requests}});
     }
     write_json();
@@ -270,7 +314,8 @@ int main(int argc, char** argv) {
   if (!o.kvpoold.empty()) {
     uint32_t blocks = o.blocks;
     if (o.capacity_pct > 0)
-      blocks = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
+      blocks =
+          static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
     if (blocks == 0) return usage_error("--kvpoold needs --blocks N or --capacity-pct P");
     auto d = PrivateDaemon::start(DaemonSpec{o.kvpoold, blocks, o.page_size, 64});
     if (!d) {
@@ -297,22 +342,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint32_t capacity = before->total;
-  std::printf("pool:             '%s' of kvpoold '%s': %u blocks = %.1f%% of the slice's distinct blocks\n",
-              o.run.pool.c_str(), o.run.instance.c_str(), capacity,
-              100.0 * capacity / double(tf.distinct_blocks));
+  std::printf(
+      "pool:             '%s' of kvpoold '%s': %u blocks = %.1f%% of the slice's distinct blocks\n",
+      o.run.pool.c_str(), o.run.instance.c_str(), capacity,
+      100.0 * capacity / double(tf.distinct_blocks));
   char kill_buf[64] = "never";
   if (o.run.kill_interval_s > 0)
-    std::snprintf(kill_buf, sizeof(kill_buf), "~%g s%s", o.run.kill_interval_s,
-                  o.run.max_kills >= 0 ? (" (at most " + std::to_string(o.run.max_kills) + ")").c_str() : "");
+    std::snprintf(
+        kill_buf, sizeof(kill_buf), "~%g s%s", o.run.kill_interval_s,
+        o.run.max_kills >= 0 ? (" (at most " + std::to_string(o.run.max_kills) + ")").c_str() : "");
   const std::string kill_every = kill_buf;
-  std::printf("replay:           %d workers, routing %s, speed x%g (%.1f s), decode %g ms/token of "
-              "trace time, kill every %s\n",
-              o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin",
-              o.run.speed, tf.span_s / o.run.speed, o.run.token_ms,
-              kill_every.c_str());
+  std::printf(
+      "replay:           %d workers, routing %s, speed x%g (%.1f s), decode %g ms/token of "
+      "trace time, kill every %s\n",
+      o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin", o.run.speed,
+      tf.span_s / o.run.speed, o.run.token_ms, kill_every.c_str());
   std::fflush(stdout);
 
-  auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms});
+  auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels});
   if (!sim) {
     std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
     return 1;
@@ -324,7 +371,8 @@ int main(int argc, char** argv) {
   o.run.self = self_path();
   RunResult r = run_replay(reqs, o.run);
   std::string rm = std::string("rm -rf ") + scratch;
-  if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "kvpool-replay: could not remove %s\n", scratch);
+  if (std::system(rm.c_str()) != 0)
+    std::fprintf(stderr, "kvpool-replay: could not remove %s\n", scratch);
 
   // Final state, as an operator sees it; then every cached block byte for byte.
   auto after = settle(ctl, o.run.pool);
@@ -334,42 +382,58 @@ int main(int argc, char** argv) {
   auto last = settle(ctl, o.run.pool);
   if (last) after = last;
 
-  for (auto* v : {&r.match_us, &r.allocate_us, &r.register_us, &r.release_us}) std::sort(v->begin(), v->end());
+  for (auto* v : {&r.match_us, &r.allocate_us, &r.register_us, &r.release_us})
+    std::sort(v->begin(), v->end());
   const double hit = r.prompt_blocks ? double(r.matched_blocks) / double(r.prompt_blocks) : 0;
-  std::printf("requests:         %llu served (%llu uncached: the pool's blocks were all held), "
-              "%llu workers killed and replaced\n",
-              static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.uncached_requests),
-              static_cast<unsigned long long>(r.kills));
-  std::printf("hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt blocks)\n",
-              100 * hit, 100 * sim->hit_rate(), 100 * tf.ceiling(),
-              static_cast<unsigned long long>(r.prompt_blocks));
-  std::printf("prefill saved:    %llu blocks (%llu tokens at 512 tokens per trace block) not recomputed\n",
-              static_cast<unsigned long long>(r.matched_blocks),
-              static_cast<unsigned long long>(r.matched_blocks * 512));
+  std::printf(
+      "requests:         %llu served (%llu uncached: the pool's blocks were all held), "
+      "%llu workers killed and replaced\n",
+      static_cast<unsigned long long>(r.requests),
+      static_cast<unsigned long long>(r.uncached_requests),
+      static_cast<unsigned long long>(r.kills));
+  std::printf(
+      "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
+      "blocks)\n",
+      100 * hit, 100 * sim->hit_rate(), 100 * tf.ceiling(),
+      static_cast<unsigned long long>(r.prompt_blocks));
+  std::printf(
+      "prefill saved:    %llu blocks (%llu tokens at 512 tokens per trace block) not recomputed\n",
+      static_cast<unsigned long long>(r.matched_blocks),
+      static_cast<unsigned long long>(r.matched_blocks * 512));
   auto lat = [&](const char* name, const std::vector<double>& v) {
-    std::printf("latency %-9s p50 %8.1f us   p99 %8.1f us   (%zu calls)\n", name, pct(v, 0.5), pct(v, 0.99), v.size());
+    std::printf("latency %-9s p50 %8.1f us   p99 %8.1f us   (%zu calls)\n", name, pct(v, 0.5),
+                pct(v, 0.99), v.size());
   };
   lat("match", r.match_us);
   lat("allocate", r.allocate_us);
   lat("register", r.register_us);
   lat("release", r.release_us);
-  std::printf("throughput:       %.0f requests/s, %.0f blocks/s over %.1f s (started late by p99 %.1f ms)\n",
-              r.requests / std::max(r.wall_s, 1e-9), r.prompt_blocks / std::max(r.wall_s, 1e-9), r.wall_s,
-              r.late_p99_ms);
-  std::printf("bytes verified:   %.1f MiB in %llu matched blocks, %llu wrong; final sweep %llu cached blocks\n",
-              double(r.verified_bytes) / (1 << 20), static_cast<unsigned long long>(r.verified_blocks),
-              static_cast<unsigned long long>(r.corrupt_blocks), static_cast<unsigned long long>(swept));
+  std::printf(
+      "throughput:       %.0f requests/s, %.0f blocks/s over %.1f s (started late by p99 %.1f "
+      "ms)\n",
+      r.requests / std::max(r.wall_s, 1e-9), r.prompt_blocks / std::max(r.wall_s, 1e-9), r.wall_s,
+      r.late_p99_ms);
+  std::printf(
+      "bytes verified:   %.1f MiB in %llu matched blocks, %llu wrong; final sweep %llu cached "
+      "blocks\n",
+      double(r.verified_bytes) / (1 << 20), static_cast<unsigned long long>(r.verified_blocks),
+      static_cast<unsigned long long>(r.corrupt_blocks), static_cast<unsigned long long>(swept));
   if (after) {
-    std::printf("reclaimed:        %llu client(s), %llu block(s) returned by the daemon\n",
-                static_cast<unsigned long long>(after->reclaimed_clients - before->reclaimed_clients),
-                static_cast<unsigned long long>(after->reclaimed_blocks - before->reclaimed_blocks));
-    std::printf("final pool:       total %u = free %u + inactive %u + active %u + mutable %u; clients %u\n",
-                after->total, after->free, after->inactive, after->active, after->mutable_blocks, after->clients);
+    std::printf(
+        "reclaimed:        %llu client(s), %llu block(s) returned by the daemon\n",
+        static_cast<unsigned long long>(after->reclaimed_clients - before->reclaimed_clients),
+        static_cast<unsigned long long>(after->reclaimed_blocks - before->reclaimed_blocks));
+    std::printf(
+        "final pool:       total %u = free %u + inactive %u + active %u + mutable %u; clients %u\n",
+        after->total, after->free, after->inactive, after->active, after->mutable_blocks,
+        after->clients);
     if (after->active || after->mutable_blocks)
       r.violations.push_back(std::to_string(after->active) + " active and " +
                              std::to_string(after->mutable_blocks) + " mutable blocks left");
-    if (after->free + after->inactive != after->total) r.violations.push_back("free + inactive != total");
-    if (o.run.kill_interval_s > 0 && r.kills > 0 && after->reclaimed_clients <= before->reclaimed_clients)
+    if (after->free + after->inactive != after->total)
+      r.violations.push_back("free + inactive != total");
+    if (o.run.kill_interval_s > 0 && r.kills > 0 &&
+        after->reclaimed_clients <= before->reclaimed_clients)
       r.violations.push_back("workers were killed but kvpoold reclaimed no client");
   }
   if (o.max_sim_gap >= 0 && std::abs(100 * (hit - sim->hit_rate())) > o.max_sim_gap)
@@ -391,8 +455,10 @@ int main(int argc, char** argv) {
   out["wall_s"] = r.wall_s;
   out["verified_bytes"] = r.verified_bytes;
   out["wrong_blocks"] = r.corrupt_blocks;
-  out["latency_us"] = {{"match", thin(r.match_us, 4000)}, {"allocate", thin(r.allocate_us, 4000)},
-                       {"register", thin(r.register_us, 4000)}, {"release", thin(r.release_us, 4000)}};
+  out["latency_us"] = {{"match", thin(r.match_us, 4000)},
+                       {"allocate", thin(r.allocate_us, 4000)},
+                       {"register", thin(r.register_us, 4000)},
+                       {"release", thin(r.release_us, 4000)}};
   out["pass"] = r.violations.empty();
   write_json();
   return r.violations.empty() ? 0 : 1;

@@ -71,8 +71,9 @@ Result<SimResult> simulate(const std::vector<TraceRequest>& requests, const SimO
         items.clear();
         for (uint32_t k = 0; k < need; ++k) {
           size_t idx = matched + k;
-          items.push_back(pool::RegisterItem{fresh[k], hashes[idx], hashes[idx],
-                                             idx ? hashes[idx - 1] : 0, 0, idx ? 1u : 0u});
+          items.push_back(
+              pool::RegisterItem{fresh[k], hashes[idx], hashes[idx], idx ? hashes[idx - 1] : 0,
+                                 block_priority(idx, options.shallow_levels), idx ? 1u : 0u});
         }
         registered.assign(need, pool::BlockRef{});
         KVPOOL_RETURN_IF_ERROR(core->register_blocks(0, items, registered.data()));

@@ -13,8 +13,7 @@ namespace {
 // Reads the whole file through zlib: gzopen reads plain files unchanged too.
 Result<std::string> read_all(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f)
-    return Status(ErrorCode::kNotFound, "cannot open trace '" + path + "': check the path");
+  if (!f) return Status(ErrorCode::kNotFound, "cannot open trace '" + path + "': check the path");
   std::string out;
   char buf[1 << 16];
   int n;
@@ -52,12 +51,13 @@ Result<std::vector<TraceRequest>> load_trace(const std::string& path) {
       r.ids = j.at("hash_ids").get<std::vector<uint64_t>>();
       out.push_back(std::move(r));
     } catch (const std::exception& e) {
-      return Status(ErrorCode::kInvalidArgument, "trace '" + path + "' line " +
-                                                     std::to_string(line) +
-                                                     " is not a Mooncake trace record: " + e.what());
+      return Status(ErrorCode::kInvalidArgument,
+                    "trace '" + path + "' line " + std::to_string(line) +
+                        " is not a Mooncake trace record: " + e.what());
     }
   }
-  if (out.empty()) return Status(ErrorCode::kInvalidArgument, "trace '" + path + "' has no requests");
+  if (out.empty())
+    return Status(ErrorCode::kInvalidArgument, "trace '" + path + "' has no requests");
   return out;
 }
 

@@ -33,7 +33,9 @@ struct TraceFigures {
   uint64_t distinct_blocks = 0;
   uint64_t ceiling_hits = 0;  // blocks an infinite prefix cache would have matched
   double span_s = 0;          // first to last arrival, trace time
-  double ceiling() const { return prompt_blocks ? double(ceiling_hits) / double(prompt_blocks) : 0; }
+  double ceiling() const {
+    return prompt_blocks ? double(ceiling_hits) / double(prompt_blocks) : 0;
+  }
 };
 
 // An infinite cache matches block k of a request when its id was seen in an earlier

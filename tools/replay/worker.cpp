@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <algorithm>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "kvpool/client.hpp"
 #include "kvpool/core/token_block.hpp"
 #include "pattern.hpp"
+#include "simulate.hpp"
 
 namespace kvpool::replay {
 
@@ -113,7 +114,8 @@ int run_worker(const WorkerOptions& o) {
   char buf[256];
   while (next < work.size() || !holds.empty()) {
     const bool release_first =
-        !holds.empty() && (next >= work.size() || holds.front().until <= at(double(work[next].timestamp_ms)));
+        !holds.empty() &&
+        (next >= work.size() || holds.front().until <= at(double(work[next].timestamp_ms)));
     if (release_first) {
       // Pacing, not synchronisation: the trace says when this request stops decoding.
       std::this_thread::sleep_until(holds.front().until);
@@ -123,7 +125,8 @@ int run_worker(const WorkerOptions& o) {
       holds.pop_back();
       h.blocks.clear();  // drops every reference (queued, in order)
       client->flush();   // and sends them now
-      std::snprintf(buf, sizeof(buf), "R %lld\n", static_cast<long long>(ns_between(t0, Clock::now())));
+      std::snprintf(buf, sizeof(buf), "R %lld\n",
+                    static_cast<long long>(ns_between(t0, Clock::now())));
       emit(buf);
       continue;
     }
@@ -191,13 +194,15 @@ int run_worker(const WorkerOptions& o) {
           const TokenBlock& tb = seq->blocks()[matched + k];
           (void)b.init_sequence(0, tb.parent_sequence_hash);
           (void)b.add_tokens(tb.tokens);
+          b.set_priority(block_priority(matched + k, o.shallow_levels));
           if (Status st = b.commit(); !st.is_ok()) {
             std::fprintf(stderr, "replay worker: commit: %s\n", st.to_string().c_str());
             return 2;
           }
           for (uint32_t l = 0; l < L.num_layers; ++l)
             for (uint32_t oo = 0; oo < L.outer_dim; ++oo)
-              fill_region(*b.address(l, oo), region_bytes, a.ids[matched + k], l * L.outer_dim + oo);
+              fill_region(*b.address(l, oo), region_bytes, a.ids[matched + k],
+                          l * L.outer_dim + oo);
         }
         const auto r0 = Clock::now();
         auto reg = pool->register_blocks(std::move(*fresh));
@@ -216,7 +221,8 @@ int run_worker(const WorkerOptions& o) {
                   static_cast<long long>(late_us), static_cast<long long>(ns_between(t0, t1)),
                   static_cast<long long>(alloc_ns), static_cast<long long>(reg_ns));
     emit(buf);
-    holds.push_back(Hold{at(double(a.timestamp_ms) + a.output_length * o.token_ms), std::move(held)});
+    holds.push_back(
+        Hold{at(double(a.timestamp_ms) + a.output_length * o.token_ms), std::move(held)});
     std::push_heap(holds.begin(), holds.end(), later);
   }
   client->flush();

@@ -8,8 +8,8 @@
 //   trace id -> register -> hold everything for output_length x token_ms / speed -> release.
 // Per request it writes one line to stdout (one write(), shorter than PIPE_BUF, so lines of a
 // worker killed mid-run are whole):
-//   D <index> <blocks> <matched> <verified_bytes> <corrupt> <cached> <late_us> <match_ns> <alloc_ns> <register_ns>
-//   R <release_ns>
+//   D <index> <blocks> <matched> <verified_bytes> <corrupt> <cached> <late_us> <match_ns>
+//   <alloc_ns> <register_ns> R <release_ns>
 // Exit codes: 0 done, 1 a corrupt block was seen, 2 cannot attach or bad input, 3 daemon gone.
 #pragma once
 
@@ -26,6 +26,7 @@ struct WorkerOptions {
   int64_t start_ns = -1;    // CLOCK_MONOTONIC; -1: read "GO <ns>" from stdin
   double speed = 1;
   double token_ms = 10;
+  uint32_t shallow_levels = 0;  // block priorities, see block_priority() in simulate.hpp
 };
 
 int run_worker(const WorkerOptions& options);
