@@ -39,13 +39,13 @@ def hit_rate_plot(res, out):
     if os.path.exists(whole):
         w = load(whole)
         ax.plot([s["capacity_pct"] for s in w["simulation"]], [100 * s["hit_rate"] for s in w["simulation"]],
-                "s-.", alpha=0.6, label="simulation, whole trace")
+                "s-.", alpha=0.6, label="simulation, whole trace (capacity: % of its distinct blocks)")
         ax.axhline(100 * w["ceiling"], color="gray", ls="-.", alpha=0.5,
                    label=f"infinite cache, whole trace ({100 * w['ceiling']:.1f}%)")
     ax.set_xscale("log")
     ax.set_xticks([2, 5, 10, 20, 40])
     ax.set_xticklabels(["2%", "5%", "10%", "20%", "40%"])
-    ax.set_xlabel("pool capacity (% of the slice's distinct blocks)")
+    ax.set_xlabel("pool capacity (% of the distinct blocks of the trace replayed)")
     ax.set_ylabel("prompt blocks matched (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
