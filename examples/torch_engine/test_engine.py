@@ -2,8 +2,9 @@
 
 - A second engine process reuses the prefix a first one computed: it runs only the tokens
   after the shared prefix through the model, and its logits equal a full recompute without
-  any cache (bit for bit: one thread, deterministic CPU kernels; checked with a tight
-  allclose too, so a kernel change shows as a tolerance, not a false pass).
+  any cache (torch.allclose at rtol 1e-5, atol 1e-6; with one thread the CPU kernels give
+  bit-identical results here, but other BLAS builds may pick other kernels for the shorter
+  matrices of the cached path, so exact equality is not asserted).
 - An engine killed with SIGKILL, holding registered blocks and half-written mutable ones: the
   daemon reclaims them (kvpoolctl), the half-written blocks never become matchable, and the
   surviving engine's answers stay equal to a full recompute.
@@ -95,8 +96,7 @@ def prompt(prefix_seed, prefix_blocks, suffix_seed, suffix_tokens):
 def assert_logits_equal(got, tokens, reused):
     want = reference(tokens)[reused:]
     assert got.shape == want.shape
-    assert torch.allclose(got, want, rtol=1e-6, atol=1e-6), (got - want).abs().max()
-    assert torch.equal(got, want), f"max |diff| {(got - want).abs().max().item()}"
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), f"max |diff| {(got - want).abs().max().item()}"
 
 
 def test_second_engine_reuses_prefix_and_matches_full_recompute(daemon_factory):
