@@ -20,7 +20,9 @@ struct RunOptions {
   bool route_by_first_block = false;
   double speed = 1;
   double token_ms = 10;
-  uint32_t shallow_levels = 0;  // see block_priority() in simulate.hpp
+  uint32_t shallow_levels = 0;
+  int64_t corrupt_id = -1;  // test hook, passed to the workers (--inject-corrupt-id)  // see
+                            // block_priority() in simulate.hpp
   double kill_interval_s = 0;
   int max_kills = -1;  // -1: no limit
   uint64_t seed = 1;

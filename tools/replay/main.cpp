@@ -5,25 +5,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "coordinator.hpp"
 #include "ctl.hpp"
-#include "kvpool/client.hpp"
-#include "kvpool/core/token_block.hpp"
-#include "pattern.hpp"
+#include "final_checks.hpp"
 #include "private_daemon.hpp"
 #include "simulate.hpp"
 #include "trace.hpp"
@@ -58,6 +54,7 @@ const char* kUsage = R"(usage: kvpool-replay [options]
                         are evicted first (default 0: Dynamo's default, all priority 0)
   --kvpoolctl PATH      kvpoolctl used for the final checks
   --max-sim-gap P       fail when kvpool's hit rate is more than P points from the simulation's
+  --inject-corrupt-id ID  test hook: whoever fills trace block ID writes one wrong byte
   --json FILE           write the figures (and latency samples) as JSON
   --simulate-only PCTS  no daemon: ceiling and simulated hit rate at these capacities
                         (comma-separated % of distinct blocks, e.g. 2,5,10,20,40)
@@ -99,66 +96,6 @@ int usage_error(const std::string& why) {
   return 2;
 }
 
-// The final sweep: every block the pool still caches for this slice is matched once, as a
-// client would, and checked byte for byte. Returns blocks checked; wrong ones -> violations.
-uint64_t sweep(const std::vector<TraceRequest>& reqs, const RunOptions& o,
-               std::vector<std::string>& violations) {
-  ConnectOptions co;
-  co.runtime_dir = o.runtime_dir;
-  auto client = Client::connect(o.instance, co);
-  if (!client) {
-    violations.push_back("final sweep cannot attach: " + client.status().to_string());
-    return 0;
-  }
-  auto pool = client->pool(o.pool);
-  if (!pool) {
-    violations.push_back("final sweep: " + pool.status().to_string());
-    return 0;
-  }
-  const LayoutConfig& L = pool->layout();
-  const size_t region = size_t{L.page_size} * L.inner_dim * L.dtype_bytes;
-  std::set<uint64_t> checked;
-  std::vector<Token> tokens;
-  for (const auto& r : reqs) {
-    tokens.clear();
-    for (uint64_t id : r.ids) append_block_tokens(id, L.page_size, tokens);
-    auto seq = TokenBlockSequence::create(tokens, L.page_size, 0);
-    auto hashes = seq->sequence_hashes();
-    auto hit = pool->match_sequence_hashes(hashes);
-    if (!hit) {
-      violations.push_back("final sweep: match: " + hit.status().to_string());
-      return checked.size();
-    }
-    for (size_t k = 0; k < hit->size(); ++k) {
-      if (!checked.insert(r.ids[k]).second) continue;
-      for (uint32_t l = 0; l < L.num_layers; ++l)
-        for (uint32_t oo = 0; oo < L.outer_dim; ++oo)
-          if (!check_region(*(*hit)[k].address(l, oo), region, r.ids[k], l * L.outer_dim + oo)) {
-            violations.push_back("final sweep: cached block of trace id " +
-                                 std::to_string(r.ids[k]) + " (pool block " +
-                                 std::to_string((*hit)[k].block_id()) + ") holds wrong bytes");
-            l = L.num_layers;
-            break;
-          }
-    }
-  }
-  client->flush();
-  return checked.size();
-}
-
-// Waits (bounded) until the daemon has seen every worker go: no client attached and
-// nothing active or mutable; returns the last status read.
-Result<CtlStatus> settle(const CtlTarget& t, const std::string& pool) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (true) {
-    auto s = ctl_status(t, pool);
-    if (!s) return s;
-    bool quiet = s->clients == 0 && s->active == 0 && s->mutable_blocks == 0;
-    if (quiet || std::chrono::steady_clock::now() >= deadline) return s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // poll interval
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,6 +119,8 @@ int main(int argc, char** argv) {
         w.token_ms = std::stod(v);
       else if (k == "--shallow-levels")
         w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--corrupt-id")
+        w.corrupt_id = std::stoll(v);
     }
     return run_worker(w);
   }
@@ -240,6 +179,8 @@ int main(int argc, char** argv) {
         o.json = v;
       else if (k == "--shallow-levels")
         o.run.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--inject-corrupt-id")
+        o.run.corrupt_id = std::stoll(v);
       else if (k == "--max-sim-gap")
         o.max_sim_gap = std::stod(v);
       else if (k == "--simulate-only") {
@@ -370,9 +311,8 @@ int main(int argc, char** argv) {
   o.run.scratch_dir = scratch;
   o.run.self = self_path();
   RunResult r = run_replay(reqs, o.run);
-  std::string rm = std::string("rm -rf ") + scratch;
-  if (std::system(rm.c_str()) != 0)
-    std::fprintf(stderr, "kvpool-replay: could not remove %s\n", scratch);
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
 
   // Final state, as an operator sees it; then every cached block byte for byte.
   auto after = settle(ctl, o.run.pool);
@@ -440,7 +380,11 @@ int main(int argc, char** argv) {
     r.violations.push_back("hit rate " + std::to_string(100 * hit) + "% is more than " +
                            std::to_string(o.max_sim_gap) + " points from the simulation's " +
                            std::to_string(100 * sim->hit_rate()) + "%");
-  for (const auto& v : r.violations) std::printf("VIOLATION: %s\n", v.c_str());
+  // The first few say what went wrong; a corrupt shared block repeats for every reader.
+  for (size_t i = 0; i < r.violations.size() && i < 20; ++i)
+    std::printf("VIOLATION: %s\n", r.violations[i].c_str());
+  if (r.violations.size() > 20)
+    std::printf("VIOLATION: ... and %zu more\n", r.violations.size() - 20);
   std::printf("verdict:          %s\n", r.violations.empty() ? "PASS" : "FAIL");
 
   out["capacity_blocks"] = capacity;

@@ -203,6 +203,9 @@ int run_worker(const WorkerOptions& o) {
             for (uint32_t oo = 0; oo < L.outer_dim; ++oo)
               fill_region(*b.address(l, oo), region_bytes, a.ids[matched + k],
                           l * L.outer_dim + oo);
+          // The test hook proving the checks can fail: one wrong byte in one block.
+          if (o.corrupt_id >= 0 && a.ids[matched + k] == static_cast<uint64_t>(o.corrupt_id))
+            (*b.address(0, 0))[0] ^= std::byte{1};
         }
         const auto r0 = Clock::now();
         auto reg = pool->register_blocks(std::move(*fresh));

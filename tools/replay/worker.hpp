@@ -26,7 +26,9 @@ struct WorkerOptions {
   int64_t start_ns = -1;    // CLOCK_MONOTONIC; -1: read "GO <ns>" from stdin
   double speed = 1;
   double token_ms = 10;
-  uint32_t shallow_levels = 0;  // block priorities, see block_priority() in simulate.hpp
+  uint32_t shallow_levels = 0;
+  int64_t corrupt_id = -1;  // test hook: flip a byte of the block filled for this trace id  //
+                            // block priorities, see block_priority() in simulate.hpp
 };
 
 int run_worker(const WorkerOptions& options);
