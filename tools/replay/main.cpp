@@ -20,6 +20,7 @@
 #include "coordinator.hpp"
 #include "ctl.hpp"
 #include "final_checks.hpp"
+#include "policy_sim.hpp"
 #include "private_daemon.hpp"
 #include "simulate.hpp"
 #include "trace.hpp"
@@ -58,6 +59,8 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --json FILE           write the figures (and latency samples) as JSON
   --simulate-only PCTS  no daemon: ceiling and simulated hit rate at these capacities
                         (comma-separated % of distinct blocks, e.g. 2,5,10,20,40)
+  --policy lru|s3fifo   with --simulate-only: a model of the pool with this eviction policy
+                        instead of the pool core (lru is Dynamo's order; see policy_sim.hpp)
 )";
 
 double pct(const std::vector<double>& sorted, double p) {
@@ -89,6 +92,7 @@ struct Options {
   double capacity_pct = 0;
   double max_sim_gap = -1;  // points; < 0: not checked
   std::vector<double> simulate_pcts;
+  std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
 };
 
 int usage_error(const std::string& why) {
@@ -179,6 +183,8 @@ int main(int argc, char** argv) {
         o.json = v;
       else if (k == "--shallow-levels")
         o.run.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--policy")
+        o.policy = v;
       else if (k == "--inject-corrupt-id")
         o.run.corrupt_id = std::stoll(v);
       else if (k == "--max-sim-gap")
@@ -234,7 +240,8 @@ int main(int argc, char** argv) {
         100 * tf.ceiling());
     for (double p : o.simulate_pcts) {
       uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
-      auto sim = simulate(reqs, SimOptions{cap, o.run.token_ms, o.run.shallow_levels});
+      const SimOptions so{cap, o.run.token_ms, o.run.shallow_levels};
+      auto sim = o.policy.empty() ? simulate(reqs, so) : simulate_policy(reqs, so, o.policy);
       if (!sim) {
         std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
         return 1;
