@@ -11,6 +11,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   procps util-linux
   python3-dev pybind11-dev python3-numpy python3-pytest
+  zlib1g-dev python3-torch python3-matplotlib
 )
 
 missing=()

@@ -1,0 +1,44 @@
+// The replay's coordinator: splits the requests across N worker processes (round robin, or
+// by the first block id so that requests sharing a system prompt meet on one worker), starts
+// them together, collects one line per served request, and with kill_interval_s > 0 kills a
+// worker with SIGKILL every so often and starts a replacement that serves what the victim
+// had not (its in-flight blocks are reclaimed by kvpoold).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trace.hpp"
+
+namespace kvpool::replay {
+
+struct RunOptions {
+  std::string self;  // this program, exec'd with --worker
+  std::string instance, runtime_dir, pool;
+  int workers = 4;
+  bool route_by_first_block = false;
+  double speed = 1;
+  double token_ms = 10;
+  uint32_t shallow_levels = 0;
+  int64_t corrupt_id = -1;  // test hook, passed to the workers (--inject-corrupt-id)  // see
+                            // block_priority() in simulate.hpp
+  double kill_interval_s = 0;
+  int max_kills = -1;  // -1: no limit
+  uint64_t seed = 1;
+  std::string scratch_dir;  // where the per-worker request files go
+};
+
+struct RunResult {
+  uint64_t requests = 0, prompt_blocks = 0, matched_blocks = 0, verified_bytes = 0;
+  uint64_t verified_blocks = 0, corrupt_blocks = 0, uncached_requests = 0;
+  uint64_t kills = 0, replacements = 0;
+  double wall_s = 0;       // from start to the last worker's exit
+  double late_p99_ms = 0;  // how far behind the trace's clock requests were started
+  std::vector<double> match_us, allocate_us, register_us, release_us;
+  std::vector<std::string> violations;
+};
+
+RunResult run_replay(const std::vector<TraceRequest>& requests, const RunOptions& options);
+
+}  // namespace kvpool::replay

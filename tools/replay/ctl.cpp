@@ -1,0 +1,88 @@
+#include "ctl.hpp"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace kvpool::replay {
+
+namespace {
+
+struct Ran {
+  int rc;
+  std::string out;
+};
+
+// Paths come from our own options; quote them for the shell all the same.
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Ran run(const CtlTarget& t, const std::string& args) {
+  std::string cmd = quote(t.kvpoolctl) + " " + args + " --instance " + quote(t.instance);
+  if (!t.runtime_dir.empty()) cmd += " --runtime-dir " + quote(t.runtime_dir);
+  cmd += " 2>&1";
+  Ran r{-1, {}};
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) r.out.append(buf, n);
+  int st = ::pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+Result<nlohmann::json> status_json(const CtlTarget& t) {
+  Ran r = run(t, "status --json");
+  if (r.rc != 0)
+    return Status(ErrorCode::kNotFound,
+                  "kvpoolctl status failed (rc " + std::to_string(r.rc) + "): " + r.out);
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal,
+                  std::string("kvpoolctl status printed no JSON: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Result<CtlStatus> ctl_status(const CtlTarget& t, const std::string& pool) {
+  auto j = status_json(t);
+  if (!j) return j.status();
+  CtlStatus s;
+  s.clients = (*j)["clients"].get<uint32_t>();
+  s.reclaimed_clients = (*j)["reclaimed_clients"].get<uint64_t>();
+  s.reclaimed_blocks = (*j)["reclaimed_blocks"].get<uint64_t>();
+  for (const auto& p : (*j)["pools"]) {
+    if (!pool.empty() && p["name"] != pool) continue;
+    s.total = p["total_blocks"].get<uint32_t>();
+    s.free = p["free_blocks"].get<uint32_t>();
+    s.mutable_blocks = p["mutable_blocks"].get<uint32_t>();
+    s.active = p["active_blocks"].get<uint32_t>();
+    s.inactive = p["inactive_blocks"].get<uint32_t>();
+    s.evictions = p["evictions"].get<uint64_t>();
+    return s;
+  }
+  return Status(ErrorCode::kNotFound, "kvpoold has no pool '" + pool + "'");
+}
+
+Result<std::string> ctl_first_pool(const CtlTarget& t) {
+  auto j = status_json(t);
+  if (!j) return j.status();
+  if ((*j)["pools"].empty()) return Status(ErrorCode::kNotFound, "kvpoold has no pools");
+  return (*j)["pools"][0]["name"].get<std::string>();
+}
+
+Status ctl_check(const CtlTarget& t) {
+  Ran r = run(t, "check");
+  if (r.rc == 0) return Status::ok();
+  return Status(ErrorCode::kInternal,
+                "kvpoolctl check (rc " + std::to_string(r.rc) + "): " + r.out);
+}
+
+}  // namespace kvpool::replay

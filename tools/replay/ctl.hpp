@@ -1,0 +1,32 @@
+// What the replay asks kvpoolctl (an operator's view, not the replay's own bookkeeping):
+// pool counts and reclaims from `kvpoolctl status --json`, invariants from `kvpoolctl check`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvpool/core/status.hpp"
+
+namespace kvpool::replay {
+
+struct CtlTarget {
+  std::string kvpoolctl;  // path of the binary
+  std::string instance;
+  std::string runtime_dir;
+};
+
+struct CtlStatus {
+  uint32_t clients = 0;
+  uint64_t reclaimed_clients = 0, reclaimed_blocks = 0;
+  uint32_t total = 0, free = 0, mutable_blocks = 0, active = 0, inactive = 0;
+  uint64_t evictions = 0;
+};
+
+// `kvpoolctl status --json`, the figures of pool `pool` (the first pool when empty).
+Result<CtlStatus> ctl_status(const CtlTarget& t, const std::string& pool);
+// The name of the daemon's first pool.
+Result<std::string> ctl_first_pool(const CtlTarget& t);
+// `kvpoolctl check`: ok, or the violation it names.
+Status ctl_check(const CtlTarget& t);
+
+}  // namespace kvpool::replay

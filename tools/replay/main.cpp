@@ -1,0 +1,416 @@
+// kvpool-replay: replays a Mooncake-format request trace through kvpoold with N worker
+// processes and says how much of the achievable prefix reuse kvpool delivered, against the
+// trace's infinite-cache ceiling and an exact in-process simulation of the same pool, and
+// whether every reused block held exactly the right bytes. See README.md, "Real traffic".
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator.hpp"
+#include "ctl.hpp"
+#include "final_checks.hpp"
+#include "policy_sim.hpp"
+#include "private_daemon.hpp"
+#include "simulate.hpp"
+#include "trace.hpp"
+#include "worker.hpp"
+
+using namespace kvpool;
+using namespace kvpool::replay;
+
+namespace {
+
+const char* kUsage = R"(usage: kvpool-replay [options]
+  --trace FILE          Mooncake trace, .jsonl or .jsonl.gz (default: the bundled conversation trace)
+  --from N              first request (index in the trace, default 0)
+  --limit N             at most N requests (default: all)
+  --span-s S            only requests within S seconds of trace time after the first
+  --speed X             time compression: the trace's clock runs X times faster (default 1)
+  --token-ms MS         decode time per output token, trace time (default 10): a request
+                        holds its blocks for output_length x MS / X real milliseconds
+  --workers N           worker processes (default 4)
+  --route rr|first      round robin (default) or by the first block id
+  --kill-interval S     SIGKILL a random worker every ~S real seconds and replace it
+  --max-kills N         stop killing after N kills
+  --seed N              for the killer (default 1)
+  --instance NAME       kvpoold instance to use (default "default") ...
+  --runtime-dir DIR     ... and its runtime dir
+  --pool NAME           pool to use (default: the daemon's first pool)
+  --kvpoold PATH        start a private kvpoold instead, with one pool of:
+  --blocks N | --capacity-pct P   N blocks, or P% of the slice's distinct blocks
+  --page-size T         tokens per block of the private pool (default 16; trace blocks are
+                        512 tokens, each trace block becomes one pool block of T tokens)
+  --shallow-levels L    block priorities: the first L blocks of each prompt get L..1, leaves
+                        are evicted first (default 0: Dynamo's default, all priority 0)
+  --kvpoolctl PATH      kvpoolctl used for the final checks
+  --max-sim-gap P       fail when kvpool's hit rate is more than P points from the simulation's
+  --inject-corrupt-id ID  test hook: whoever fills trace block ID writes one wrong byte
+  --json FILE           write the figures (and latency samples) as JSON
+  --simulate-only PCTS  no daemon: ceiling and simulated hit rate at these capacities
+                        (comma-separated % of distinct blocks, e.g. 2,5,10,20,40)
+  --policy lru|s3fifo   with --simulate-only: a model of the pool with this eviction policy
+                        instead of the pool core (lru is Dynamo's order; see policy_sim.hpp)
+)";
+
+double pct(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * double(sorted.size())))];
+}
+
+// At most n samples, evenly spread over the sorted vector (enough for a CDF plot).
+std::vector<double> thin(const std::vector<double>& sorted, size_t n) {
+  if (sorted.size() <= n) return sorted;
+  std::vector<double> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(sorted[i * sorted.size() / n]);
+  return out;
+}
+
+std::string self_path() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+struct Options {
+  std::string trace = KVPOOL_REPLAY_TRACE;
+  size_t from = 0, limit = 0;
+  double span_s = 0;
+  RunOptions run;
+  std::string kvpoold, kvpoolctl = KVPOOL_REPLAY_KVPOOLCTL, json;
+  uint32_t blocks = 0, page_size = 16;
+  double capacity_pct = 0;
+  double max_sim_gap = -1;  // points; < 0: not checked
+  std::vector<double> simulate_pcts;
+  std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
+};
+
+int usage_error(const std::string& why) {
+  std::fprintf(stderr, "kvpool-replay: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
+    WorkerOptions w;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      std::string k = argv[i], v = argv[i + 1];
+      if (k == "--instance")
+        w.instance = v;
+      else if (k == "--runtime-dir")
+        w.runtime_dir = v;
+      else if (k == "--pool")
+        w.pool = v;
+      else if (k == "--assign")
+        w.assign_file = v;
+      else if (k == "--start-ns")
+        w.start_ns = std::stoll(v);
+      else if (k == "--speed")
+        w.speed = std::stod(v);
+      else if (k == "--token-ms")
+        w.token_ms = std::stod(v);
+      else if (k == "--shallow-levels")
+        w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--corrupt-id")
+        w.corrupt_id = std::stoll(v);
+    }
+    return run_worker(w);
+  }
+
+  Options o;
+  o.run.instance = "default";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string k = argv[i];
+      if (k == "-h" || k == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      if (i + 1 >= argc) return usage_error(k + " needs a value");
+      std::string v = argv[++i];
+      if (k == "--trace")
+        o.trace = v;
+      else if (k == "--from")
+        o.from = std::stoul(v);
+      else if (k == "--limit")
+        o.limit = std::stoul(v);
+      else if (k == "--span-s")
+        o.span_s = std::stod(v);
+      else if (k == "--speed")
+        o.run.speed = std::stod(v);
+      else if (k == "--token-ms")
+        o.run.token_ms = std::stod(v);
+      else if (k == "--workers")
+        o.run.workers = std::stoi(v);
+      else if (k == "--route") {
+        if (v != "rr" && v != "first") return usage_error("--route is rr or first, not " + v);
+        o.run.route_by_first_block = v == "first";
+      } else if (k == "--kill-interval")
+        o.run.kill_interval_s = std::stod(v);
+      else if (k == "--max-kills")
+        o.run.max_kills = std::stoi(v);
+      else if (k == "--seed")
+        o.run.seed = std::stoull(v);
+      else if (k == "--instance")
+        o.run.instance = v;
+      else if (k == "--runtime-dir")
+        o.run.runtime_dir = v;
+      else if (k == "--pool")
+        o.run.pool = v;
+      else if (k == "--kvpoold")
+        o.kvpoold = v;
+      else if (k == "--blocks")
+        o.blocks = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--capacity-pct")
+        o.capacity_pct = std::stod(v);
+      else if (k == "--page-size")
+        o.page_size = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--kvpoolctl")
+        o.kvpoolctl = v;
+      else if (k == "--json")
+        o.json = v;
+      else if (k == "--shallow-levels")
+        o.run.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+      else if (k == "--policy")
+        o.policy = v;
+      else if (k == "--inject-corrupt-id")
+        o.run.corrupt_id = std::stoll(v);
+      else if (k == "--max-sim-gap")
+        o.max_sim_gap = std::stod(v);
+      else if (k == "--simulate-only") {
+        for (size_t p = 0; p < v.size();) {
+          size_t c = v.find(',', p);
+          o.simulate_pcts.push_back(std::stod(v.substr(p, c - p)));
+          p = c == std::string::npos ? v.size() : c + 1;
+        }
+      } else
+        return usage_error("unknown option " + k);
+    }
+  } catch (const std::exception&) {
+    return usage_error("a number was expected");
+  }
+  if (o.run.speed <= 0 || o.run.workers < 1 || o.run.token_ms < 0)
+    return usage_error("--speed must be > 0, --workers >= 1, --token-ms >= 0");
+
+  auto all = load_trace(o.trace);
+  if (!all) {
+    std::fprintf(stderr, "kvpool-replay: %s\n", all.status().to_string().c_str());
+    return 2;
+  }
+  auto reqs = slice(*all, o.from, o.limit, o.span_s);
+  if (reqs.empty()) return usage_error("the slice is empty (--from past the end?)");
+  const TraceFigures tf = trace_figures(reqs);
+  std::printf("trace:            %s, requests %u..%u (%llu), %.1f s of trace time\n",
+              o.trace.c_str(), reqs.front().index, reqs.back().index,
+              static_cast<unsigned long long>(tf.requests), tf.span_s);
+  std::printf(
+      "blocks:           %llu prompt blocks, %llu distinct; infinite-cache ceiling %.1f%%\n",
+      static_cast<unsigned long long>(tf.prompt_blocks),
+      static_cast<unsigned long long>(tf.distinct_blocks), 100 * tf.ceiling());
+  nlohmann::json out = {{"trace", o.trace},
+                        {"from", o.from},
+                        {"requests", tf.requests},
+                        {"prompt_blocks", tf.prompt_blocks},
+                        {"distinct_blocks", tf.distinct_blocks},
+                        {"ceiling", tf.ceiling()},
+                        {"span_s", tf.span_s},
+                        {"token_ms", o.run.token_ms}};
+  auto write_json = [&] {
+    if (o.json.empty()) return;
+    std::ofstream(o.json) << out.dump(1) << "\n";
+  };
+
+  if (!o.simulate_pcts.empty()) {
+    out["simulation"] = nlohmann::json::array();
+    std::printf(
+        "capacity (%% of distinct)  blocks    simulated hit rate  uncached requests  (ceiling "
+        "%.1f%%)\n",
+        100 * tf.ceiling());
+    for (double p : o.simulate_pcts) {
+      uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
+      const SimOptions so{cap, o.run.token_ms, o.run.shallow_levels};
+      auto sim = o.policy.empty() ? simulate(reqs, so) : simulate_policy(reqs, so, o.policy);
+      if (!sim) {
+        std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
+        return 1;
+      }
+      std::printf("%24.1f%%  %7u  %17.1f%%  %17llu\n", p, cap, 100 * sim->hit_rate(),
+                  static_cast<unsigned long long>(sim->uncached_requests));
+      out["simulation"].push_back({{"capacity_pct", p},
+                                   {"blocks", cap},
+                                   {"hit_rate", sim->hit_rate()},
+                                   {"uncached_requests", sim->uncached_requests}});
+    }
+    write_json();
+    return 0;
+  }
+
+  // The daemon: our own, or the one running.
+  std::unique_ptr<PrivateDaemon> daemon;
+  if (!o.kvpoold.empty()) {
+    uint32_t blocks = o.blocks;
+    if (o.capacity_pct > 0)
+      blocks =
+          static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
+    if (blocks == 0) return usage_error("--kvpoold needs --blocks N or --capacity-pct P");
+    auto d = PrivateDaemon::start(DaemonSpec{o.kvpoold, blocks, o.page_size, 64});
+    if (!d) {
+      std::fprintf(stderr, "kvpool-replay: %s\n", d.status().to_string().c_str());
+      return 1;
+    }
+    daemon = std::move(*d);
+    o.run.instance = daemon->instance();
+    o.run.runtime_dir = daemon->runtime_dir();
+    o.run.pool = PrivateDaemon::kPool;
+  }
+  const CtlTarget ctl{o.kvpoolctl, o.run.instance, o.run.runtime_dir};
+  if (o.run.pool.empty()) {
+    auto p = ctl_first_pool(ctl);
+    if (!p) {
+      std::fprintf(stderr, "kvpool-replay: %s\n", p.status().to_string().c_str());
+      return 1;
+    }
+    o.run.pool = *p;
+  }
+  auto before = ctl_status(ctl, o.run.pool);
+  if (!before) {
+    std::fprintf(stderr, "kvpool-replay: %s\n", before.status().to_string().c_str());
+    return 1;
+  }
+  const uint32_t capacity = before->total;
+  std::printf(
+      "pool:             '%s' of kvpoold '%s': %u blocks = %.1f%% of the slice's distinct blocks\n",
+      o.run.pool.c_str(), o.run.instance.c_str(), capacity,
+      100.0 * capacity / double(tf.distinct_blocks));
+  char kill_buf[64] = "never";
+  if (o.run.kill_interval_s > 0)
+    std::snprintf(
+        kill_buf, sizeof(kill_buf), "~%g s%s", o.run.kill_interval_s,
+        o.run.max_kills >= 0 ? (" (at most " + std::to_string(o.run.max_kills) + ")").c_str() : "");
+  const std::string kill_every = kill_buf;
+  std::printf(
+      "replay:           %d workers, routing %s, speed x%g (%.1f s), decode %g ms/token of "
+      "trace time, kill every %s\n",
+      o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin", o.run.speed,
+      tf.span_s / o.run.speed, o.run.token_ms, kill_every.c_str());
+  std::fflush(stdout);
+
+  auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels});
+  if (!sim) {
+    std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
+    return 1;
+  }
+
+  char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
+  if (!::mkdtemp(scratch)) return usage_error("mkdtemp failed");
+  o.run.scratch_dir = scratch;
+  o.run.self = self_path();
+  RunResult r = run_replay(reqs, o.run);
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+
+  // Final state, as an operator sees it; then every cached block byte for byte.
+  auto after = settle(ctl, o.run.pool);
+  if (!after) r.violations.push_back("kvpoolctl status: " + after.status().to_string());
+  if (Status st = ctl_check(ctl); !st.is_ok()) r.violations.push_back(st.message());
+  uint64_t swept = sweep(reqs, o.run, r.violations);
+  auto last = settle(ctl, o.run.pool);
+  if (last) after = last;
+
+  for (auto* v : {&r.match_us, &r.allocate_us, &r.register_us, &r.release_us})
+    std::sort(v->begin(), v->end());
+  const double hit = r.prompt_blocks ? double(r.matched_blocks) / double(r.prompt_blocks) : 0;
+  std::printf(
+      "requests:         %llu served (%llu uncached: the pool's blocks were all held), "
+      "%llu workers killed and replaced\n",
+      static_cast<unsigned long long>(r.requests),
+      static_cast<unsigned long long>(r.uncached_requests),
+      static_cast<unsigned long long>(r.kills));
+  std::printf(
+      "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
+      "blocks)\n",
+      100 * hit, 100 * sim->hit_rate(), 100 * tf.ceiling(),
+      static_cast<unsigned long long>(r.prompt_blocks));
+  std::printf(
+      "prefill saved:    %llu blocks (%llu tokens at 512 tokens per trace block) not recomputed\n",
+      static_cast<unsigned long long>(r.matched_blocks),
+      static_cast<unsigned long long>(r.matched_blocks * 512));
+  auto lat = [&](const char* name, const std::vector<double>& v) {
+    std::printf("latency %-9s p50 %8.1f us   p99 %8.1f us   (%zu calls)\n", name, pct(v, 0.5),
+                pct(v, 0.99), v.size());
+  };
+  lat("match", r.match_us);
+  lat("allocate", r.allocate_us);
+  lat("register", r.register_us);
+  lat("release", r.release_us);
+  std::printf(
+      "throughput:       %.0f requests/s, %.0f blocks/s over %.1f s (started late by p99 %.1f "
+      "ms)\n",
+      r.requests / std::max(r.wall_s, 1e-9), r.prompt_blocks / std::max(r.wall_s, 1e-9), r.wall_s,
+      r.late_p99_ms);
+  std::printf(
+      "bytes verified:   %.1f MiB in %llu matched blocks, %llu wrong; final sweep %llu cached "
+      "blocks\n",
+      double(r.verified_bytes) / (1 << 20), static_cast<unsigned long long>(r.verified_blocks),
+      static_cast<unsigned long long>(r.corrupt_blocks), static_cast<unsigned long long>(swept));
+  if (after) {
+    std::printf(
+        "reclaimed:        %llu client(s), %llu block(s) returned by the daemon\n",
+        static_cast<unsigned long long>(after->reclaimed_clients - before->reclaimed_clients),
+        static_cast<unsigned long long>(after->reclaimed_blocks - before->reclaimed_blocks));
+    std::printf(
+        "final pool:       total %u = free %u + inactive %u + active %u + mutable %u; clients %u\n",
+        after->total, after->free, after->inactive, after->active, after->mutable_blocks,
+        after->clients);
+    if (after->active || after->mutable_blocks)
+      r.violations.push_back(std::to_string(after->active) + " active and " +
+                             std::to_string(after->mutable_blocks) + " mutable blocks left");
+    if (after->free + after->inactive != after->total)
+      r.violations.push_back("free + inactive != total");
+    if (o.run.kill_interval_s > 0 && r.kills > 0 &&
+        after->reclaimed_clients <= before->reclaimed_clients)
+      r.violations.push_back("workers were killed but kvpoold reclaimed no client");
+  }
+  if (o.max_sim_gap >= 0 && std::abs(100 * (hit - sim->hit_rate())) > o.max_sim_gap)
+    r.violations.push_back("hit rate " + std::to_string(100 * hit) + "% is more than " +
+                           std::to_string(o.max_sim_gap) + " points from the simulation's " +
+                           std::to_string(100 * sim->hit_rate()) + "%");
+  // The first few say what went wrong; a corrupt shared block repeats for every reader.
+  for (size_t i = 0; i < r.violations.size() && i < 20; ++i)
+    std::printf("VIOLATION: %s\n", r.violations[i].c_str());
+  if (r.violations.size() > 20)
+    std::printf("VIOLATION: ... and %zu more\n", r.violations.size() - 20);
+  std::printf("verdict:          %s\n", r.violations.empty() ? "PASS" : "FAIL");
+
+  out["capacity_blocks"] = capacity;
+  out["workers"] = o.run.workers;
+  out["speed"] = o.run.speed;
+  out["served"] = r.requests;
+  out["hit_rate"] = hit;
+  out["simulated_hit_rate"] = sim->hit_rate();
+  out["matched_blocks"] = r.matched_blocks;
+  out["uncached_requests"] = r.uncached_requests;
+  out["kills"] = r.kills;
+  out["wall_s"] = r.wall_s;
+  out["verified_bytes"] = r.verified_bytes;
+  out["wrong_blocks"] = r.corrupt_blocks;
+  out["latency_us"] = {{"match", thin(r.match_us, 4000)},
+                       {"allocate", thin(r.allocate_us, 4000)},
+                       {"register", thin(r.register_us, 4000)},
+                       {"release", thin(r.release_us, 4000)}};
+  out["pass"] = r.violations.empty();
+  write_json();
+  return r.violations.empty() ? 0 : 1;
+}
