@@ -11,6 +11,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   procps util-linux
   python3-dev pybind11-dev python3-numpy python3-pytest
+  rustc cargo libdlpack-dev python3-torch python3-setuptools python3-wheel python3-pip
 )
 
 missing=()
