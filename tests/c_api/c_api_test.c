@@ -246,7 +246,7 @@ static void test_client_and_pools(kvpool_client* c) {
   OK(kvpool_pool_layout(h, &l));
   CHECK(l.kind == KVPOOL_LAYOUT_LAYER_SEPARATE && l.num_blocks == 8 && l.num_layers == 3 &&
         l.outer_dim == 1 && l.page_size == 8 && l.inner_dim == 4 && l.dtype_bytes == 4 &&
-        l.alignment == 128);
+        l.alignment == 128 && l.dtype == KVPOOL_DTYPE_FP32);
   CHECK(l.region_bytes == 8 * 4 * 4 && l.block_bytes == 3 * l.region_bytes);
   CHECK(l.total_bytes >= 8 * l.block_bytes);
   /* An older caller's shorter struct: only its prefix is written. */
@@ -272,6 +272,11 @@ static void test_client_and_pools(kvpool_client* c) {
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "struct_size", kvpool_pool_counts_get(h, &k));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_counts_get(h, NULL));
   kvpool_pool_release(h);
+  kvpool_pool* g = NULL;
+  OK(kvpool_client_pool(c, "g", &g));
+  OK(kvpool_pool_layout(g, &l));
+  CHECK(l.dtype == KVPOOL_DTYPE_UNSPECIFIED && l.dtype_bytes == 2); /* dtype_bytes alone */
+  kvpool_pool_release(g);
 }
 
 /* Fills block `b` with tokens first..first+3 under `parent`, commits it, writes a byte
@@ -508,6 +513,12 @@ static void test_allocate_register_match(kvpool_client* c, kvpool_pool* p) {
         kvpool_pool_register_blocks(p, own, 2, &reg));
   CHECK(wait_counts(c, p, 12, 4));
   OK(kvpool_pool_allocate(p, 1, &batch));
+  OK(kvpool_mutable_batch_take(batch, 0, &own[0]));
+  kvpool_mutable_batch_release(batch);
+  own[1] = own[0];
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "twice", kvpool_pool_register_blocks(p, own, 2, &reg));
+  CHECK(wait_counts(c, p, 12, 4));
+  OK(kvpool_pool_allocate(p, 1, &batch));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_register_batch(p, batch, NULL));
   CHECK(wait_counts(c, p, 12, 4));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_register_batch(p, NULL, &reg));
@@ -610,7 +621,8 @@ int main(int argc, char** argv) {
       "[{\"name\": \"g\", \"num_blocks\": 16, \"layout\": {\"num_layers\": 2, \"outer_dim\": 2,"
       " \"page_size\": 4, \"inner_dim\": 16, \"dtype_bytes\": 2, \"alignment\": 64}},"
       " {\"name\": \"h\", \"num_blocks\": 8, \"layout\": {\"num_layers\": 3, \"outer_dim\": 1,"
-      " \"page_size\": 8, \"inner_dim\": 4, \"dtype_bytes\": 4, \"alignment\": 128,"
+      " \"page_size\": 8, \"inner_dim\": 4, \"dtype_bytes\": 4, \"dtype\": \"fp32\", "
+      "\"alignment\": 128,"
       " \"kind\": \"layer_separate\"}}]";
   if (test_daemon_start(&daemon_, argv[1], pools) != 0) return 1;
   test_connect_errors();

@@ -138,6 +138,17 @@ typedef enum kvpool_layout_kind {
   KVPOOL_LAYOUT_LAYER_SEPARATE = 1    /* [layers][blocks][outer][page*inner] */
 } kvpool_layout_kind;
 
+/* The element type the pool's config named ("dtype"); UNSPECIFIED when it gave dtype_bytes
+ * alone (the data are then unsigned integers of dtype_bytes to the reader). */
+typedef enum kvpool_dtype {
+  KVPOOL_DTYPE_UNSPECIFIED = 0,
+  KVPOOL_DTYPE_FP16 = 1,
+  KVPOOL_DTYPE_BF16 = 2,
+  KVPOOL_DTYPE_FP32 = 3,
+  KVPOOL_DTYPE_FP8_E4M3 = 4,
+  KVPOOL_DTYPE_U8 = 5
+} kvpool_dtype;
+
 typedef struct kvpool_layout {
   uint32_t struct_size; /* sizeof(kvpool_layout), set by the caller */
   uint32_t kind;        /* kvpool_layout_kind */
@@ -148,7 +159,7 @@ typedef struct kvpool_layout {
   uint32_t inner_dim;
   uint32_t dtype_bytes;
   uint32_t alignment;
-  uint32_t reserved0;
+  uint32_t dtype;        /* kvpool_dtype */
   uint64_t region_bytes; /* page_size * inner_dim * dtype_bytes: one (layer, outer) region */
   uint64_t block_bytes;  /* num_layers * outer_dim * region_bytes */
   uint64_t total_bytes;  /* the pool's memory */

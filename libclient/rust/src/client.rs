@@ -198,6 +198,9 @@ pub struct Layout {
     pub inner_dim: u32,
     pub dtype_bytes: u32,
     pub alignment: u32,
+    /// The element type the config named: kvpool.h's kvpool_dtype (0 unspecified, 1 fp16,
+    /// 2 bf16, 3 fp32, 4 fp8_e4m3, 5 u8).
+    pub dtype: u32,
     /// Bytes of one (layer, outer) region of a block.
     pub region_bytes: u64,
     pub block_bytes: u64,
@@ -219,6 +222,7 @@ impl From<ffi::kvpool_layout> for Layout {
             inner_dim: l.inner_dim,
             dtype_bytes: l.dtype_bytes,
             alignment: l.alignment,
+            dtype: l.dtype,
             region_bytes: l.region_bytes,
             block_bytes: l.block_bytes,
             total_bytes: l.total_bytes,

@@ -54,7 +54,7 @@ pub struct kvpool_layout {
     pub inner_dim: u32,
     pub dtype_bytes: u32,
     pub alignment: u32,
-    pub reserved0: u32,
+    pub dtype: u32,
     pub region_bytes: u64,
     pub block_bytes: u64,
     pub total_bytes: u64,

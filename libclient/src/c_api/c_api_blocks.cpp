@@ -54,24 +54,31 @@ kvpool_error_code kvpool_pool_register_batch(kvpool_pool* pool, kvpool_mutable_b
 kvpool_error_code kvpool_pool_register_blocks(kvpool_pool* pool,
                                               kvpool_mutable_block* const* blocks, size_t count,
                                               kvpool_immutable_batch** out) {
-  // Consumed whatever the outcome: take them all into owners first.
-  std::vector<std::unique_ptr<MutableBlock>> owned;
-  if (blocks) {
-    owned.reserve(count);
-    for (size_t i = 0; i < count; ++i) owned.emplace_back(cpp(blocks[i]));
-  }
-  if (!pool || !out || (!blocks && count > 0))
-    return null_argument("kvpool_pool_register_blocks: pool, blocks and out must not be NULL");
   return guarded([&] {
-    std::vector<MutableBlock> v;
-    v.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      if (!owned[i])
+    // Consumed whatever the outcome: own each distinct block once (a block listed twice
+    // must not be freed twice), then check.
+    std::vector<kvpool_mutable_block*> raw;
+    if (blocks) raw.assign(blocks, blocks + count);
+    std::vector<kvpool_mutable_block*> distinct = raw;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::vector<std::unique_ptr<MutableBlock>> owned;
+    owned.reserve(distinct.size());
+    for (auto* b : distinct)
+      if (b) owned.emplace_back(cpp(b));
+    if (!pool || !out || (!blocks && count > 0))
+      return null_argument("kvpool_pool_register_blocks: pool, blocks and out must not be NULL");
+    for (size_t i = 0; i < count; ++i)
+      if (!raw[i])
         return fail(
             KVPOOL_ERR_INVALID_ARGUMENT,
             ("kvpool_pool_register_blocks: blocks[" + std::to_string(i) + "] is NULL").c_str());
-      v.push_back(std::move(*owned[i]));
-    }
+    if (distinct.size() != count)
+      return fail(KVPOOL_ERR_INVALID_ARGUMENT,
+                  "kvpool_pool_register_blocks: a block appears twice in blocks[]");
+    std::vector<MutableBlock> v;
+    v.reserve(count);
+    for (size_t i = 0; i < count; ++i) v.push_back(std::move(*cpp(raw[i])));
     auto r = pool->pool.register_blocks(std::move(v));
     if (!r) return fail(r.status());
     *out = new kvpool_immutable_batch{std::move(r.value())};

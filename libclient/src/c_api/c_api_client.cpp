@@ -172,6 +172,7 @@ kvpool_error_code kvpool_pool_layout(const kvpool_pool* pool, kvpool_layout* out
   l.inner_dim = lc.inner_dim;
   l.dtype_bytes = lc.dtype_bytes;
   l.alignment = lc.alignment;
+  l.dtype = static_cast<uint32_t>(pool->pool.dtype());
   l.region_bytes = layout->region_bytes();
   l.block_bytes = layout->block_bytes();
   l.total_bytes = layout->total_bytes();
