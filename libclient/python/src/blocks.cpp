@@ -101,7 +101,8 @@ int fill_view(PyObject* self, Py_buffer* view, int flags, std::byte* addr, const
   dims[6] = m.config.inner_dim * dtype;
   dims[7] = items ? dtype : 1;
   view->buf = addr;
-  view->obj = Py_NewRef(self);
+  Py_INCREF(self);  // Py_NewRef is CPython 3.10+; the bindings build for 3.9 too
+  view->obj = self;
   view->len = static_cast<Py_ssize_t>(block_nbytes(m));
   view->readonly = readonly ? 1 : 0;
   view->itemsize = nd && items ? dtype : 1;
