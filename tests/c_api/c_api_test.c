@@ -126,6 +126,24 @@ static void on_immutable(void* user, kvpool_error_code code, const char* message
   finish(c, code, message);
 }
 
+/* A callback that releases the last handles of its client: the completion thread must not
+ * join itself (it finishes on its own). */
+typedef struct last_handles {
+  completion done;
+  kvpool_client* client;
+  kvpool_pool* pool;
+} last_handles;
+
+static void on_matched_release_all(void* user, kvpool_error_code code, const char* message,
+                                   kvpool_immutable_batch* result) {
+  last_handles* h = (last_handles*)user;
+  h->done.immutable_result = result;
+  kvpool_immutable_batch_release(result);
+  kvpool_pool_release(h->pool);
+  kvpool_client_release(h->client);
+  finish(&h->done, code, message);
+}
+
 static int completion_wait(completion* c) {
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
@@ -558,6 +576,29 @@ static void test_async(kvpool_client* c, kvpool_pool* p) {
         hashes[0]);
   kvpool_immutable_batch_release(m.immutable_result);
   kvpool_immutable_batch_release(r.immutable_result);
+
+  /* Handles released while a request is in flight: the release waits for the callback. */
+  kvpool_client* c3 = connect_ok();
+  kvpool_pool* p3 = NULL;
+  OK(kvpool_client_pool(c3, "g", &p3));
+  completion late;
+  completion_init(&late);
+  OK(kvpool_pool_match_async(p3, hashes, 2, on_immutable, &late));
+  kvpool_pool_release(p3);
+  kvpool_client_release(c3);
+  CHECK(late.done == 1 && late.code == KVPOOL_OK); /* ran before the release returned */
+  CHECK(kvpool_immutable_batch_size(late.immutable_result) == 2);
+  kvpool_immutable_batch_release(late.immutable_result);
+
+  /* The callback releases the client's last handles, on the completion thread itself. */
+  last_handles lh;
+  completion_init(&lh.done);
+  lh.client = connect_ok();
+  lh.pool = NULL;
+  OK(kvpool_client_pool(lh.client, "g", &lh.pool));
+  OK(kvpool_pool_match_async(lh.pool, hashes, 2, on_matched_release_all, &lh));
+  CHECK(completion_wait(&lh.done));
+  CHECK(lh.done.code == KVPOOL_OK);
 
   /* Errors arrive through the callback, with the message. */
   completion e;

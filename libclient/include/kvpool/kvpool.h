@@ -115,7 +115,8 @@ KVPOOL_API void kvpool_connect_options_init(kvpool_connect_options* options);
 KVPOOL_API kvpool_error_code kvpool_connect(const char* instance,
                                             const kvpool_connect_options* options,
                                             kvpool_client** out);
-/* Drops this handle; the connection closes once no pool, block or batch uses it. */
+/* Drops this handle; the connection closes once no pool, block or batch uses it. Releasing
+ * the last client or pool handle of a client waits for its async callbacks still due. */
 KVPOOL_API void kvpool_client_release(kvpool_client* client);
 KVPOOL_API kvpool_error_code kvpool_client_pool(const kvpool_client* client, const char* name,
                                                 kvpool_pool** out);
