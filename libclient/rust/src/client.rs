@@ -187,6 +187,39 @@ pub enum LayoutKind {
     LayerSeparate,
 }
 
+/// The element type of a pool's KV data (the config's `"dtype"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    Fp16,
+    Bf16,
+    Fp32,
+    Fp8E4M3,
+    U8,
+}
+
+impl DType {
+    fn from_raw(v: u32) -> Option<DType> {
+        match v {
+            1 => Some(DType::Fp16),
+            2 => Some(DType::Bf16),
+            3 => Some(DType::Fp32),
+            4 => Some(DType::Fp8E4M3),
+            5 => Some(DType::U8),
+            _ => None,
+        }
+    }
+    /// The config's name: "fp16", "bf16", "fp32", "fp8_e4m3", "u8".
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Fp16 => "fp16",
+            DType::Bf16 => "bf16",
+            DType::Fp32 => "fp32",
+            DType::Fp8E4M3 => "fp8_e4m3",
+            DType::U8 => "u8",
+        }
+    }
+}
+
 /// A pool's KV layout (kvpool_layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -198,9 +231,8 @@ pub struct Layout {
     pub inner_dim: u32,
     pub dtype_bytes: u32,
     pub alignment: u32,
-    /// The element type the config named: kvpool.h's kvpool_dtype (0 unspecified, 1 fp16,
-    /// 2 bf16, 3 fp32, 4 fp8_e4m3, 5 u8).
-    pub dtype: u32,
+    /// The element type the config named (`None`: it gave dtype_bytes alone).
+    pub dtype: Option<DType>,
     /// Bytes of one (layer, outer) region of a block.
     pub region_bytes: u64,
     pub block_bytes: u64,
@@ -222,7 +254,7 @@ impl From<ffi::kvpool_layout> for Layout {
             inner_dim: l.inner_dim,
             dtype_bytes: l.dtype_bytes,
             alignment: l.alignment,
-            dtype: l.dtype,
+            dtype: DType::from_raw(l.dtype),
             region_bytes: l.region_bytes,
             block_bytes: l.block_bytes,
             total_bytes: l.total_bytes,

@@ -49,6 +49,8 @@ fn chains_bytes_and_async_across_clients() {
     assert_eq!(pool.page_size(), 4);
     assert_eq!(pool.layout().num_blocks, 8);
     assert_eq!(pool.layout().region_bytes, 4 * 8 * 2);
+    assert_eq!(pool.layout().dtype, Some(kvpool::DType::Bf16));
+    assert_eq!(kvpool::DType::Bf16.name(), "bf16");
     assert_eq!(pool.storage(), kvpool::Storage::Host);
     assert_eq!(pool.cuda_device().unwrap_err().code(), ErrorCode::InvalidState);
     assert_eq!(writer.pool_names(), vec!["g".to_string()]);

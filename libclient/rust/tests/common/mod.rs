@@ -34,7 +34,7 @@ impl Daemon {
         let config = format!(
             r#"{{"instance": "{}", "runtime_dir": "{}", "max_clients": 16, "spin_iterations": 200,
                "log_level": "warn", "pools": [{{"name": "g", "num_blocks": {}, "layout":
-               {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype_bytes": 2,
+               {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
                  "alignment": 64}}}}]}}"#,
             instance,
             dir.display(),
