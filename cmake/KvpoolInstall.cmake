@@ -5,6 +5,7 @@
 #   lib/libkvpool.so*                       self-contained: kvpool_core is compiled in
 #   include/kvpool/{client,block}.hpp       the public API, and the shared headers they
 #   include/kvpool/core/*.hpp               (and TokenBlockSequence) include
+#   lib/libkvpool_c.so*, include/kvpool/kvpool.h   the stable C ABI
 #   lib/cmake/kvpool/                       find_package(kvpool) -> kvpool::client
 #   lib/pkgconfig/kvpool.pc                 pkg-config --cflags --libs kvpool
 #   lib/systemd/system/kvpoold.service      ExecStart= and --config point into the prefix
@@ -40,9 +41,18 @@ install(FILES ${PROJECT_SOURCE_DIR}/libclient/include/kvpool/client.hpp
 install(FILES ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/status.hpp
               ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/hash.hpp
               ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/block_state.hpp
+              ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/dtype.hpp
               ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/layout.hpp
               ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/token_block.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvpool/core)
+
+# The stable C ABI: libkvpool_c.so.<ABI major> and kvpool.h; it finds libkvpool next door.
+if(TARGET kvpool_c)
+  set_target_properties(kvpool_c PROPERTIES INSTALL_RPATH "$ORIGIN")
+  install(TARGETS kvpool_c LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/libclient/include/kvpool/kvpool.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvpool)
+endif()
 
 # ---- find_package(kvpool) ------------------------------------------------------------------
 set(_kvpool_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/kvpool)

@@ -196,9 +196,9 @@ std::string_view kind_name(LayoutKind kind) {
 
 void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
   expect_object(j, path);
-  reject_unknown_fields(
-      j, path,
-      {"num_layers", "outer_dim", "page_size", "inner_dim", "dtype_bytes", "alignment", "kind"});
+  reject_unknown_fields(j, path,
+                        {"num_layers", "outer_dim", "page_size", "inner_dim", "dtype_bytes",
+                         "alignment", "kind", "dtype"});
   const std::pair<std::string_view, uint32_t*> dims[] = {
       {"num_layers", &layout.num_layers},   {"outer_dim", &layout.outer_dim},
       {"page_size", &layout.page_size},     {"inner_dim", &layout.inner_dim},
@@ -218,6 +218,25 @@ void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
       fail(kind_path, "must be \"fully_contiguous\" or \"layer_separate\", got \"" + kind + "\"");
     }
   }
+}
+
+// "dtype" names the element type; it sets dtype_bytes, or must agree with the one given.
+void read_dtype(const Json& layout, std::string_view path, PoolConfig& pool) {
+  auto it = layout.find("dtype");
+  if (it == layout.end()) return;
+  const std::string dtype_path = child(path, "dtype");
+  const std::string name = read_string(*it, dtype_path);
+  auto d = parse_dtype(name);
+  if (!d)
+    fail(dtype_path,
+         "must be \"fp16\", \"bf16\", \"fp32\", \"fp8_e4m3\" or \"u8\", got \"" + name + "\"");
+  const uint32_t bytes = dtype_bytes(*d);
+  if (layout.contains("dtype_bytes") && pool.layout.dtype_bytes != bytes)
+    fail(dtype_path, "\"" + name + "\" has " + std::to_string(bytes) + "-byte elements, but " +
+                         child(path, "dtype_bytes") + " is " +
+                         std::to_string(pool.layout.dtype_bytes));
+  pool.layout.dtype_bytes = bytes;
+  pool.dtype = *d;
 }
 
 PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
@@ -253,8 +272,10 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   if (auto it = j.find("max_holds"); it != j.end()) {
     pool.max_holds = read_u32(*it, child(path, "max_holds"));
   }
-  if (auto it = j.find("layout"); it != j.end())
+  if (auto it = j.find("layout"); it != j.end()) {
     read_layout(*it, child(path, "layout"), pool.layout);
+    read_dtype(*it, child(path, "layout"), pool);
+  }
   return pool;
 }
 
@@ -661,6 +682,7 @@ std::string config_to_json(const Config& c) {
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},
                           {"kind", kind_name(p.layout.kind)}};
+    if (p.dtype != DType::kUnspecified) pool["layout"]["dtype"] = dtype_name(p.dtype);
     pools.push_back(std::move(pool));
   }
   Json root;

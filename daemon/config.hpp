@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvpool/core/dtype.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -24,6 +25,8 @@ struct PoolConfig {
   // attached clients. A client outside them attaches but does not see the pool.
   std::vector<uid_t> allowed_uids;
   std::vector<gid_t> allowed_gids;
+  // "layout": {"dtype": ...}: the element type; dtype_bytes agrees with it.
+  DType dtype = DType::kUnspecified;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

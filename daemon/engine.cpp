@@ -194,6 +194,7 @@ Status Engine::init() {
     shm::PoolInfo& info = infos[i];
     copy_name(info.name, pc.name);
     info.layout = pc.layout;
+    info.dtype = static_cast<uint32_t>(pc.dtype);
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
     info.arena_offset = arena_off[i];
     info.arena_bytes = arena_len[i];

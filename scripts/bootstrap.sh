@@ -12,6 +12,7 @@ PACKAGES=(
   procps util-linux
   python3-dev pybind11-dev python3-numpy python3-pytest
   zlib1g-dev python3-torch python3-matplotlib
+  rustc cargo libdlpack-dev python3-setuptools python3-wheel python3-pip
 )
 
 missing=()

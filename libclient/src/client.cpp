@@ -21,6 +21,8 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
 const std::string& Pool::name() const { return client_->conn->pools()[index_].name; }
 const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_].layout.config(); }
 
+DType Pool::dtype() const { return dtype_from_shm(client_->conn->pools()[index_].info.dtype); }
+
 Pool::Storage Pool::storage() const {
   return client_->conn->pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
 }

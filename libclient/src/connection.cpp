@@ -261,13 +261,23 @@ void Connection::lease_main(std::promise<Status>* locked) {
   locked->set_value(Status::ok());
   pollfd fds[2] = {{sock_.get(), POLLIN | POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
   while (!stop_.load(std::memory_order_acquire)) {
-    int n = ::poll(fds, 2, kLeaseTickMs);
+    // An idle client costs nothing: with no release waiting to be batched, sleep until the
+    // daemon hangs up or a first release kicks us (kick()); then batch for one tick.
+    const bool work = pending_count_.load(std::memory_order_relaxed) > 0 ||
+                      abandoned_count_.load(std::memory_order_relaxed) > 0;
+    int n = ::poll(fds, 2, work ? kLeaseTickMs : -1);
     if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR))) {
       // After the welcome the daemon writes only to cut us off (with the reason), then hangs
       // up: readable means we are done either way.
       read_disconnect_notice();
       mark_gone();
       break;
+    }
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t r = ::read(stop_fd_.get(), &v, sizeof(v));
+      (void)r;
+      if (!work) continue;  // kicked: let the batch gather for one tick first
     }
     // Answers whose futures were dropped unread: give back what they carry.
     if (abandoned_count_.load(std::memory_order_relaxed) > 0) {
@@ -424,14 +434,25 @@ void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
   queue_release_locked(pool, immutable, ref);
 }
 
+// Wakes the lease thread (it sleeps without a timeout while there is nothing to flush).
+void Connection::kick() {
+  uint64_t one = 1;
+  ssize_t r = ::write(stop_fd_.get(), &one, sizeof(one));
+  (void)r;
+}
+
 void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref) {
   if (pending_.empty() || pending_.back().pool != pool || pending_.back().immutable != immutable) {
     pending_.push_back(PendingRelease{pool, immutable, {}});
     pending_.back().refs.reserve(kReleaseBatch);  // one allocation per batch, not seven
   }
   pending_.back().refs.push_back(ref);
-  if (pending_count_.fetch_add(1, std::memory_order_relaxed) + 1 >= kReleaseBatch)
+  const uint32_t queued = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (queued >= kReleaseBatch) {
     (void)flush_locked();
+  } else if (queued == 1) {
+    kick();  // the first of a batch: the lease thread flushes it within one tick
+  }
 }
 
 void Connection::flush() {
@@ -535,6 +556,7 @@ void Connection::abandon(uint64_t corr, uint32_t pool, bool immutable,
   LaterReleases later{this, {}};
   std::lock_guard lk(recv_mutex_);
   abandoned_.emplace(corr, Abandoned{pool, immutable, std::move(on_failure)});
+  kick();  // the lease thread reads the answer when it comes
   if (auto it = early_.find(corr); it != early_.end()) {
     Response r = std::move(it->second);
     early_.erase(it);

@@ -127,6 +127,7 @@ class Connection {
   Status publish_locked();
   void wake_daemon();
   void mark_gone();
+  void kick();
   Status gone_status(
       const std::string& when) const;  // kDisconnected with the reason, or kDaemonGone
   Status check_usable() const;         // this process, a live and responsive daemon
@@ -169,7 +170,7 @@ class Connection {
   mutable std::mutex gone_mutex_;
   std::string disconnect_reason_;  // what the daemon said when it cut us off (gone_mutex_)
   std::atomic<bool> stop_{false};
-  shm::UniqueFd stop_fd_;  // eventfd: stops the lease thread
+  shm::UniqueFd stop_fd_;  // eventfd: stops or kicks the lease thread
   std::thread lease_thread_;
 };
 

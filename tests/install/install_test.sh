@@ -34,6 +34,9 @@ for d in lib lib64 lib/x86_64-linux-gnu lib/aarch64-linux-gnu; do
   [ -e "$prefix/$d/libkvpool.so" ] && libdir="$prefix/$d" && break
 done
 [ -n "$libdir" ] || fail "no libkvpool.so under $prefix/lib*"
+# The C ABI: libkvpool_c.so.1 beside libkvpool, found through its RUNPATH.
+[ -e "$libdir/libkvpool_c.so.1" ] || fail "cmake --install did not install libkvpool_c.so.1"
+ldd "$libdir/libkvpool_c.so.1" | grep -q "not found" && fail "libkvpool_c.so.1 misses a library: $(ldd "$libdir/libkvpool_c.so.1")"
 for f in bin/kvpoold bin/kvpoolctl include/kvpool/client.hpp include/kvpool/block.hpp \
          lib/systemd/system/kvpoold.service lib/sysusers.d/kvpool.conf etc/kvpool/kvpoold.json \
          share/doc/kvpool/README.md; do
@@ -49,10 +52,12 @@ cat >"$tmp/headers.expected" <<'END'
 ./kvpool/block.hpp
 ./kvpool/client.hpp
 ./kvpool/core/block_state.hpp
+./kvpool/core/dtype.hpp
 ./kvpool/core/hash.hpp
 ./kvpool/core/layout.hpp
 ./kvpool/core/status.hpp
 ./kvpool/core/token_block.hpp
+./kvpool/kvpool.h
 END
 diff -u "$tmp/headers.expected" "$tmp/headers" || fail "installed headers differ (above)"
 # Every quoted include of an installed header is itself installed.

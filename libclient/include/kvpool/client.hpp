@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kvpool/block.hpp"
+#include "kvpool/core/dtype.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 
@@ -88,6 +89,8 @@ class Pool {
   const std::string& name() const;
   const LayoutConfig& layout() const;
   uint32_t page_size() const { return layout().page_size; }
+  // The element type the config named ("dtype"); kUnspecified when it gave dtype_bytes alone.
+  DType dtype() const;
   uint32_t index() const { return index_; }
 
   // Where the blocks live (the daemon's "storage"): kHost, shared memory mapped in this

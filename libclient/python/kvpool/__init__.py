@@ -12,7 +12,10 @@ Every call that waits for kvpoold releases the GIL. Errors raise kvpool.Error su
 C++ message. See libclient/python/README.md.
 """
 
+import asyncio as _asyncio
 import collections.abc as _abc
+import concurrent.futures as _futures
+import threading as _threading
 
 from ._kvpool import (  # noqa: F401
     BlockEmpty,
@@ -48,6 +51,46 @@ from ._kvpool import (  # noqa: F401
 )
 
 _abc.Sequence.register(ImmutableBlocks)  # isinstance(x, Sequence); len, [i], [a:b], iter
+
+# ---- asyncio ---------------------------------------------------------------------------------
+# Each *_async call sends its request to kvpoold at once (the client's async path: requests
+# pipeline), and returns an awaitable whose answer is collected on a waiter thread, with the
+# GIL released, so the event loop never waits for kvpoold. Waiter threads are shared by all
+# clients of the process and started on first use.
+_waiters = None
+_waiters_lock = _threading.Lock()
+
+
+def _waiter_pool():
+    global _waiters
+    with _waiters_lock:
+        if _waiters is None:
+            _waiters = _futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvpool-wait")
+        return _waiters
+
+
+async def _collect(pending):
+    return await _asyncio.get_running_loop().run_in_executor(_waiter_pool(), pending.wait)
+
+
+def _allocate_blocks_async(self, count):
+    """Sends an allocate of `count` blocks now; await the result: a list of MutableBlock."""
+    return _collect(self._allocate_blocks_send(count))
+
+
+def _register_blocks_async(self, blocks):
+    """Sends a register now (consuming the blocks, as register_blocks); await ImmutableBlocks."""
+    return _collect(self._register_blocks_send(blocks))
+
+
+def _match_sequence_hashes_async(self, hashes):
+    """Sends a match now; await the longest known prefix as ImmutableBlocks."""
+    return _collect(self._match_sequence_hashes_send(hashes))
+
+
+Pool.allocate_blocks_async = _allocate_blocks_async
+Pool.register_blocks_async = _register_blocks_async
+Pool.match_sequence_hashes_async = _match_sequence_hashes_async
 
 __all__ = [
     "BlockEmpty", "BlockFull", "Client", "ConfigError", "DaemonGone", "DeviceError",

@@ -19,9 +19,12 @@ Status released_error(const char* what, const char* why) {
 
 // ---- memory views -----------------------------------------------------------------------------
 
-// Items of dtype_bytes as unsigned integers; view them as float16/bfloat16 with .view().
-const char* item_format(uint32_t dtype_bytes) {
-  switch (dtype_bytes) {
+// Items: the pool's dtype where the buffer protocol has a format for it (fp16 'e', fp32 'f'),
+// else unsigned integers of dtype_bytes (view bf16 with .view() / DLPack).
+const char* item_format(const PoolMeta& m) {
+  if (m.dtype == DType::kFp16) return "e";
+  if (m.dtype == DType::kFp32) return "f";
+  switch (m.config.dtype_bytes) {
     case 1:
       return "B";
     case 2:
@@ -33,8 +36,10 @@ const char* item_format(uint32_t dtype_bytes) {
   }
 }
 
-const char* typestr(uint32_t dtype_bytes) {
-  switch (dtype_bytes) {
+const char* typestr(const PoolMeta& m) {
+  if (m.dtype == DType::kFp16) return "<f2";
+  if (m.dtype == DType::kFp32) return "<f4";
+  switch (m.config.dtype_bytes) {
     case 1:
       return "|u1";
     case 2:
@@ -96,11 +101,12 @@ int fill_view(PyObject* self, Py_buffer* view, int flags, std::byte* addr, const
   dims[6] = m.config.inner_dim * dtype;
   dims[7] = items ? dtype : 1;
   view->buf = addr;
-  view->obj = Py_NewRef(self);
+  Py_INCREF(self);  // Py_NewRef is CPython 3.10+; the bindings build for 3.9 too
+  view->obj = self;
   view->len = static_cast<Py_ssize_t>(block_nbytes(m));
   view->readonly = readonly ? 1 : 0;
   view->itemsize = nd && items ? dtype : 1;
-  view->format = items ? const_cast<char*>(nd ? item_format(m.config.dtype_bytes) : "B") : nullptr;
+  view->format = items ? const_cast<char*>(nd ? item_format(m) : "B") : nullptr;
   view->ndim = nd ? 4 : 1;
   view->shape = nd ? dims : nullptr;
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? dims + 4 : nullptr;
@@ -170,7 +176,7 @@ void enable_buffer(PyHeapTypeObject* heap) {
 py::dict cuda_array_interface(uintptr_t addr, const PoolMeta& m, bool readonly) {
   py::dict d;
   d["shape"] = block_shape(m);
-  d["typestr"] = typestr(m.config.dtype_bytes);
+  d["typestr"] = typestr(m);
   d["data"] = py::make_tuple(addr, readonly);
   d["version"] = 3;
   const int64_t dtype = m.config.dtype_bytes;
@@ -212,6 +218,13 @@ std::shared_ptr<const PoolMeta> PoolMeta::of(const Pool& pool) {
   m->name = pool.name();
   m->config = pool.layout();
   m->device = pool.is_device();
+  m->dtype = pool.dtype();
+  if (m->device) {
+    // Opens the pool's CUDA IPC handle here; a GPU not visible in this process leaves -1
+    // (addresses and exports then fail with the reason).
+    auto d = pool.cuda_device();
+    m->cuda_device = d ? *d : -1;
+  }
   auto layout = check(Layout::create(m->config));
   m->region_bytes = static_cast<int64_t>(layout.region_bytes());
   m->layer_stride = m->config.num_layers > 1

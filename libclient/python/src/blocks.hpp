@@ -23,6 +23,7 @@
 
 #include "kvpool/block.hpp"
 #include "kvpool/client.hpp"
+#include "kvpool/core/dtype.hpp"
 #include "kvpool/core/layout.hpp"
 
 namespace kvpool::python {
@@ -32,8 +33,10 @@ struct PoolMeta {
   std::string name;
   LayoutConfig config{};
   bool device = false;
-  int64_t layer_stride = 0;  // bytes between (l, o) and (l + 1, o) of one block
-  int64_t region_bytes = 0;  // page_size * inner_dim * dtype_bytes
+  int64_t layer_stride = 0;           // bytes between (l, o) and (l + 1, o) of one block
+  int64_t region_bytes = 0;           // page_size * inner_dim * dtype_bytes
+  DType dtype = DType::kUnspecified;  // the config's "dtype"
+  int cuda_device = -1;               // device pools: local ordinal (-1: not visible here)
 
   static std::shared_ptr<const PoolMeta> of(const Pool& pool);
 };

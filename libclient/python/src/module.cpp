@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <string>
 #include <vector>
 
 #include "blocks.hpp"
+#include "dlpack.hpp"
 #include "errors.hpp"
 #include "int_sequence.hpp"
 #include "kvpool/client.hpp"
@@ -26,6 +28,58 @@ auto without_gil(F&& f) {
   return f();
 }
 
+// A request already sent to kvpoold, whose answer wait() collects (with the GIL released).
+// kvpool.Pool.*_async run wait() on a waiter thread, so the event loop never blocks on it
+// (libclient/python/kvpool/__init__.py).
+template <typename T, typename Out>
+class Pending {
+ public:
+  Pending(std::future<Result<std::vector<T>>> fut, std::shared_ptr<const PoolMeta> meta)
+      : fut_(std::move(fut)), meta_(std::move(meta)) {}
+  Pending(Pending&&) noexcept = default;
+  Pending& operator=(Pending&&) = delete;
+  Pending(const Pending&) = delete;
+  // Never collected (a cancelled or never-awaited coroutine): collect the answer now and
+  // drop it, so that its blocks go back instead of staying held until disconnect.
+  ~Pending() {
+    if (!fut_.valid()) return;
+    py::gil_scoped_release nogil;
+    (void)fut_.get();
+  }
+
+  Out wait() {
+    if (!fut_.valid())
+      throw StatusError(Status(ErrorCode::kInvalidState, "this request was already collected"));
+    Result<std::vector<T>> r = [&] {
+      py::gil_scoped_release nogil;
+      return fut_.get();
+    }();
+    return convert(check(std::move(r)));
+  }
+
+ private:
+  Out convert(std::vector<T> v);
+  std::future<Result<std::vector<T>>> fut_;
+  std::shared_ptr<const PoolMeta> meta_;
+};
+
+template <>
+py::list Pending<MutableBlock, py::list>::convert(std::vector<MutableBlock> blocks) {
+  py::list out(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i)
+    out[i] = py::cast(MutableBlockObject(std::move(blocks[i]), meta_));
+  return out;
+}
+
+template <>
+ImmutableBlocksObject Pending<ImmutableBlock, ImmutableBlocksObject>::convert(
+    std::vector<ImmutableBlock> blocks) {
+  return ImmutableBlocksObject(std::move(blocks), meta_);
+}
+
+using PendingAllocate = Pending<MutableBlock, py::list>;
+using PendingImmutables = Pending<ImmutableBlock, ImmutableBlocksObject>;
+
 class PoolObject {
  public:
   explicit PoolObject(Pool pool) : pool_(std::move(pool)), meta_(PoolMeta::of(pool_)) {}
@@ -40,6 +94,28 @@ class PoolObject {
   }
 
   ImmutableBlocksObject register_blocks(const py::iterable& blocks) {
+    auto handles = take_blocks(blocks);
+    auto r = without_gil([&] { return pool_.register_blocks(std::move(handles)); });
+    return ImmutableBlocksObject(check(std::move(r)), meta_);
+  }
+
+  // The async forms' first half: send now, collect with Pending::wait().
+  PendingAllocate allocate_send(uint32_t count) {
+    return PendingAllocate(without_gil([&] { return pool_.allocate_blocks_async(count); }), meta_);
+  }
+  PendingImmutables register_send(const py::iterable& blocks) {
+    auto handles = take_blocks(blocks);
+    return PendingImmutables(
+        without_gil([&] { return pool_.register_blocks_async(std::move(handles)); }), meta_);
+  }
+  PendingImmutables match_send(py::handle hashes) {
+    auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
+    return PendingImmutables(without_gil([&] { return pool_.match_sequence_hashes_async(h); }),
+                             meta_);
+  }
+
+  // Takes the handles out of MutableBlock objects for register (which consumes them).
+  std::vector<MutableBlock> take_blocks(const py::iterable& blocks) {
     // Check every block first, so a bad one leaves all of them with the caller.
     std::vector<py::object> owners;  // keeps what a generator yields alive
     std::vector<MutableBlockObject*> objs;
@@ -57,8 +133,7 @@ class PoolObject {
     std::vector<MutableBlock> handles;
     handles.reserve(objs.size());
     for (auto* o : objs) handles.push_back(o->take());
-    auto r = without_gil([&] { return pool_.register_blocks(std::move(handles)); });
-    return ImmutableBlocksObject(check(std::move(r)), meta_);
+    return handles;
   }
 
   ImmutableBlocksObject match_sequence_hashes(py::handle hashes) {
@@ -113,6 +188,9 @@ py::dict layout_dict(const PoolMeta& m) {
   d["page_size"] = c.page_size;
   d["inner_dim"] = c.inner_dim;
   d["dtype_bytes"] = c.dtype_bytes;
+  d["dtype"] = m.dtype == DType::kUnspecified
+                   ? py::object(py::none())
+                   : py::object(py::str(std::string(dtype_name(m.dtype))));
   d["alignment"] = c.alignment;
   return d;
 }
@@ -126,8 +204,27 @@ PYBIND11_MODULE(_kvpool, m) {
   m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's README).";
   bind_errors(m);
   bind_blocks(m);
+#ifdef KVPOOL_HAVE_DLPACK
+  bind_dlpack(m);
+#endif
+
+  py::class_<PendingAllocate>(m, "_PendingAllocate")
+      .def("wait", &PendingAllocate::wait, "The answer (blocks until kvpoold gives it).");
+  py::class_<PendingImmutables>(m, "_PendingImmutables")
+      .def("wait", &PendingImmutables::wait, "The answer (blocks until kvpoold gives it).");
 
   py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
+      .def("_allocate_blocks_send", &PoolObject::allocate_send, py::arg("count"))
+      .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"))
+      .def("_match_sequence_hashes_send", &PoolObject::match_send, py::arg("hashes"))
+      .def_property_readonly(
+          "dtype",
+          [](const PoolObject& p) -> py::object {
+            if (p.meta().dtype == DType::kUnspecified) return py::none();
+            return py::str(std::string(dtype_name(p.meta().dtype)));
+          },
+          "The element type the config named ('fp16', 'bf16', 'fp32', 'fp8_e4m3', 'u8'), or\n"
+          "None when it gave dtype_bytes alone.")
       .def("allocate_blocks", &PoolObject::allocate_blocks, py::arg("count"),
            "count MutableBlocks (all or nothing: NotEnoughBlocks otherwise).")
       .def("register_blocks", &PoolObject::register_blocks, py::arg("blocks"),

@@ -29,8 +29,8 @@ namespace kvpool::shm {
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 // Major 2: segments are sealed memfds, the Welcome carries a pool mask. Minors of 1 (event
-// ring, latency histogram, reclaim times) are all in 2.0, which adds per-slot rejected
-// handles.
+// ring, latency histogram, reclaim times, PoolInfo::dtype) are all in 2.0, which adds
+// per-slot rejected handles.
 inline constexpr uint16_t kLayoutMajor = 2;
 inline constexpr uint16_t kLayoutMinor = 0;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
@@ -154,12 +154,14 @@ struct PoolInfo {
   uint64_t arena_bytes;
   uint8_t device_uuid[16];  // CUDA device UUID (device pools)
   uint8_t ipc_handle[64];   // cudaIpcMemHandle_t (device pools)
-  uint8_t reserved[40];
+  uint32_t dtype;           // kvpool::DType (layout 1.4; 0, unspecified, before)
+  uint8_t reserved[36];
 };
 static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
 static_assert(offsetof(PoolInfo, layout) == 128);
 static_assert(offsetof(PoolInfo, data_bytes) == 168);
 static_assert(offsetof(PoolInfo, ipc_handle) == 208);
+static_assert(offsetof(PoolInfo, dtype) == 272);
 static_assert(sizeof(PoolInfo) == 312);
 
 // Head of a client's own segment. The lease mutex is locked by the client's lease thread

@@ -1,0 +1,236 @@
+//! The C ABI of kvpool.h, declared by hand (no bindgen: std only). Kept in the order of the
+//! header; the ABI check in ctest keeps the header and the library in step.
+#![allow(non_camel_case_types)]
+
+use std::os::raw::{c_char, c_int, c_void};
+
+pub type kvpool_error_code = c_int;
+pub const KVPOOL_OK: kvpool_error_code = 0;
+pub const KVPOOL_ABI_VERSION_MAJOR: u32 = 1;
+
+#[repr(C)]
+pub struct kvpool_client {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_pool {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_mutable_block {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_mutable_batch {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_immutable_block {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_immutable_batch {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+pub struct kvpool_connect_options {
+    pub struct_size: u32,
+    pub connect_timeout_ms: u32,
+    pub runtime_dir: *const c_char,
+    pub poll_us: u32,
+    pub pin_host_pools: u32,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct kvpool_layout {
+    pub struct_size: u32,
+    pub kind: u32,
+    pub num_blocks: u32,
+    pub num_layers: u32,
+    pub outer_dim: u32,
+    pub page_size: u32,
+    pub inner_dim: u32,
+    pub dtype_bytes: u32,
+    pub alignment: u32,
+    pub dtype: u32,
+    pub region_bytes: u64,
+    pub block_bytes: u64,
+    pub total_bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct kvpool_pool_counts {
+    pub struct_size: u32,
+    pub total: u32,
+    pub free_blocks: u32,
+    pub inactive: u32,
+    pub active: u32,
+    pub mutable_blocks: u32,
+}
+
+pub type kvpool_mutable_done = extern "C" fn(
+    user_data: *mut c_void,
+    code: kvpool_error_code,
+    message: *const c_char,
+    result: *mut kvpool_mutable_batch,
+);
+pub type kvpool_immutable_done = extern "C" fn(
+    user_data: *mut c_void,
+    code: kvpool_error_code,
+    message: *const c_char,
+    result: *mut kvpool_immutable_batch,
+);
+
+extern "C" {
+    pub fn kvpool_abi_version() -> u32;
+    pub fn kvpool_error_name(code: kvpool_error_code) -> *const c_char;
+    pub fn kvpool_last_error_message() -> *const c_char;
+
+    pub fn kvpool_connect_options_init(options: *mut kvpool_connect_options);
+    pub fn kvpool_connect(
+        instance: *const c_char,
+        options: *const kvpool_connect_options,
+        out: *mut *mut kvpool_client,
+    ) -> kvpool_error_code;
+    pub fn kvpool_client_release(client: *mut kvpool_client);
+    pub fn kvpool_client_pool(
+        client: *const kvpool_client,
+        name: *const c_char,
+        out: *mut *mut kvpool_pool,
+    ) -> kvpool_error_code;
+    pub fn kvpool_client_pool_count(client: *const kvpool_client) -> usize;
+    pub fn kvpool_client_pool_name(client: *const kvpool_client, index: usize) -> *const c_char;
+    pub fn kvpool_client_ping(client: *mut kvpool_client) -> kvpool_error_code;
+    pub fn kvpool_client_flush(client: *mut kvpool_client);
+    pub fn kvpool_client_daemon_alive(client: *const kvpool_client) -> c_int;
+    pub fn kvpool_client_slot(client: *const kvpool_client) -> u32;
+
+    pub fn kvpool_pool_release(pool: *mut kvpool_pool);
+    pub fn kvpool_pool_name(pool: *const kvpool_pool) -> *const c_char;
+    pub fn kvpool_pool_index(pool: *const kvpool_pool) -> u32;
+    pub fn kvpool_pool_layout(pool: *const kvpool_pool, out: *mut kvpool_layout) -> kvpool_error_code;
+    pub fn kvpool_pool_storage(pool: *const kvpool_pool) -> c_int;
+    pub fn kvpool_pool_cuda_device(pool: *const kvpool_pool, out: *mut c_int) -> kvpool_error_code;
+    pub fn kvpool_pool_counts_get(
+        pool: *const kvpool_pool,
+        out: *mut kvpool_pool_counts,
+    ) -> kvpool_error_code;
+
+    pub fn kvpool_pool_allocate(
+        pool: *mut kvpool_pool,
+        count: u32,
+        out: *mut *mut kvpool_mutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_register_blocks(
+        pool: *mut kvpool_pool,
+        blocks: *const *mut kvpool_mutable_block,
+        count: usize,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_allocate_async(
+        pool: *mut kvpool_pool,
+        count: u32,
+        done: kvpool_mutable_done,
+        user_data: *mut c_void,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match_async(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        done: kvpool_immutable_done,
+        user_data: *mut c_void,
+    ) -> kvpool_error_code;
+
+    pub fn kvpool_mutable_batch_size(batch: *const kvpool_mutable_batch) -> usize;
+    pub fn kvpool_mutable_batch_take(
+        batch: *mut kvpool_mutable_batch,
+        index: usize,
+        out: *mut *mut kvpool_mutable_block,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_batch_release(batch: *mut kvpool_mutable_batch);
+    pub fn kvpool_mutable_block_release(block: *mut kvpool_mutable_block);
+    pub fn kvpool_mutable_block_init_sequence(
+        block: *mut kvpool_mutable_block,
+        salt: u64,
+        has_parent: c_int,
+        parent: u64,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_add_token(block: *mut kvpool_mutable_block, token: u32) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_add_tokens(
+        block: *mut kvpool_mutable_block,
+        tokens: *const u32,
+        count: usize,
+        added: *mut usize,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_pop_token(block: *mut kvpool_mutable_block) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_pop_tokens(
+        block: *mut kvpool_mutable_block,
+        count: usize,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_commit(block: *mut kvpool_mutable_block) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_reset(block: *mut kvpool_mutable_block) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_state(block: *const kvpool_mutable_block) -> c_int;
+    pub fn kvpool_mutable_block_token_count(block: *const kvpool_mutable_block) -> usize;
+    pub fn kvpool_mutable_block_sequence_hash(
+        block: *const kvpool_mutable_block,
+        out: *mut u64,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_block_hash(
+        block: *const kvpool_mutable_block,
+        out: *mut u64,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_set_priority(
+        block: *mut kvpool_mutable_block,
+        priority: u32,
+    ) -> kvpool_error_code;
+    pub fn kvpool_mutable_block_priority(block: *const kvpool_mutable_block) -> u32;
+    pub fn kvpool_mutable_block_id(block: *const kvpool_mutable_block) -> u32;
+    pub fn kvpool_mutable_block_address(
+        block: *const kvpool_mutable_block,
+        layer: u32,
+        outer: u32,
+        out: *mut *mut c_void,
+    ) -> kvpool_error_code;
+
+    pub fn kvpool_immutable_batch_size(batch: *const kvpool_immutable_batch) -> usize;
+    pub fn kvpool_immutable_batch_at(
+        batch: *const kvpool_immutable_batch,
+        index: usize,
+    ) -> *const kvpool_immutable_block;
+    pub fn kvpool_immutable_batch_release(batch: *mut kvpool_immutable_batch);
+    pub fn kvpool_immutable_block_clone(
+        block: *const kvpool_immutable_block,
+        out: *mut *mut kvpool_immutable_block,
+    ) -> kvpool_error_code;
+    pub fn kvpool_immutable_block_release(block: *mut kvpool_immutable_block);
+    pub fn kvpool_immutable_block_sequence_hash(block: *const kvpool_immutable_block) -> u64;
+    pub fn kvpool_immutable_block_id(block: *const kvpool_immutable_block) -> u32;
+    pub fn kvpool_immutable_block_address(
+        block: *const kvpool_immutable_block,
+        layer: u32,
+        outer: u32,
+        out: *mut *const c_void,
+    ) -> kvpool_error_code;
+
+    pub fn kvpool_block_hash(tokens: *const u32, count: usize, salt: u64) -> u64;
+    pub fn kvpool_sequence_hash(has_parent: c_int, parent: u64, block_hash: u64, salt: u64) -> u64;
+    pub fn kvpool_hash_tokens(
+        tokens: *const u32,
+        count: usize,
+        page_size: u32,
+        salt: u64,
+        block_hashes: *mut u64,
+        sequence_hashes: *mut u64,
+        capacity: usize,
+        blocks: *mut usize,
+    ) -> kvpool_error_code;
+}

@@ -1,0 +1,145 @@
+//! The crate beyond Dynamo's three tests: errors and their codes, chains across two
+//! clients with the bytes, async match, hashing, and kvpoold dying under a client.
+mod common;
+
+use common::{block_on, wait_counts, Daemon};
+use kvpool::ErrorCode;
+
+#[test]
+fn errors_carry_codes_and_messages() {
+    let d = Daemon::start(4);
+    let client = d.connect();
+    let e = client.pool("nosuch").err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert!(e.message().contains("nosuch"), "{}", e);
+    assert!(e.to_string().starts_with("NotFound: "), "{}", e);
+
+    let pool = client.pool("g").unwrap();
+    let e = pool.allocate_blocks(5).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotEnoughBlocks);
+
+    let mut b = pool.allocate_blocks(1).unwrap().pop().unwrap();
+    assert_eq!(b.sequence_hash().unwrap_err().code(), ErrorCode::InvalidState);
+    b.init_sequence(0).unwrap();
+    assert_eq!(b.pop_token().unwrap_err().code(), ErrorCode::BlockEmpty);
+    assert_eq!(b.add_tokens(&[1, 2, 3]).unwrap(), 3);
+    assert_eq!(b.commit().unwrap_err().code(), ErrorCode::IncompleteBlock);
+    assert!(b.state().is_partial());
+    let e = pool.register_blocks(vec![b]).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidState);
+    // register consumed the block: it went back to the pool
+    wait_counts(&pool, "all free", |c| c.free == 4);
+
+    let opts = kvpool::ConnectOptions {
+        runtime_dir: Some(d.dir.display().to_string()),
+        ..Default::default()
+    };
+    let e = kvpool::Client::connect_with("nosuch", &opts).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert_eq!(ErrorCode::from_raw(10), ErrorCode::DaemonGone);
+    assert_eq!(ErrorCode::DaemonGone.name(), "DaemonGone");
+    assert_eq!(ErrorCode::from_raw(99), ErrorCode::Unknown(99));
+}
+
+#[test]
+fn chains_bytes_and_async_across_clients() {
+    let d = Daemon::start(8);
+    let writer = d.connect();
+    let pool = writer.pool("g").unwrap();
+    assert_eq!(pool.page_size(), 4);
+    assert_eq!(pool.layout().num_blocks, 8);
+    assert_eq!(pool.layout().region_bytes, 4 * 8 * 2);
+    assert_eq!(pool.layout().dtype, Some(kvpool::DType::Bf16));
+    assert_eq!(kvpool::DType::Bf16.name(), "bf16");
+    assert_eq!(pool.storage(), kvpool::Storage::Host);
+    assert_eq!(pool.cuda_device().unwrap_err().code(), ErrorCode::InvalidState);
+    assert_eq!(writer.pool_names(), vec!["g".to_string()]);
+    writer.ping().unwrap();
+    assert!(writer.daemon_alive());
+
+    let tokens: Vec<u32> = (100..112).collect();
+    let (block_hashes, hashes) = kvpool::hash_tokens(&tokens, 4, 7).unwrap();
+    assert_eq!(hashes.len(), 3);
+    assert_eq!(hashes[0], kvpool::sequence_hash(None, block_hashes[0], 7));
+    assert_eq!(
+        hashes[1],
+        kvpool::sequence_hash(Some(hashes[0]), kvpool::block_hash(&tokens[4..8], 7), 7)
+    );
+
+    let mut blocks = pool.allocate_blocks(3).unwrap();
+    let mut parent = None;
+    for (i, b) in blocks.iter_mut().enumerate() {
+        match parent {
+            None => b.init_sequence(7).unwrap(),
+            Some(p) => b.init_sequence_with_parent(7, p).unwrap(),
+        }
+        b.add_tokens(&tokens[i * 4..(i + 1) * 4]).unwrap();
+        b.commit().unwrap();
+        b.set_priority(i as u32);
+        assert_eq!(b.priority(), i as u32);
+        assert_eq!(b.block_hash().unwrap(), block_hashes[i]);
+        assert_eq!(b.sequence_hash().unwrap(), hashes[i]);
+        b.region_mut(1, 1).unwrap().fill(i as u8 + 1);
+        parent = Some(hashes[i]);
+    }
+    let shared = pool.register_blocks(blocks).unwrap();
+    assert_eq!(shared.len(), 3);
+
+    let reader = d.connect();
+    let rpool = reader.pool("g").unwrap();
+    let mut query = hashes.clone();
+    query.push(12345);
+    let hit = block_on(rpool.match_sequence_hashes_async(&query)).unwrap();
+    assert_eq!(hit.len(), 3);
+    for (i, b) in hit.iter().enumerate() {
+        assert_eq!(b.sequence_hash().unwrap(), hashes[i]);
+        assert_eq!(b.block_id(), shared[i].block_id());
+        assert!(b.region(1, 1).unwrap().iter().all(|&x| x == i as u8 + 1));
+        assert!(b.address(2, 0).is_err());
+    }
+    // A clone keeps the reference past the rest.
+    let keep = hit[0].clone();
+    drop(hit);
+    drop(shared);
+    wait_counts(&pool, "two inactive, one still referenced", |c| {
+        c.inactive == 2 && c.active == 1
+    });
+    drop(keep);
+    wait_counts(&pool, "three inactive", |c| c.inactive == 3 && c.active == 0);
+
+    let e = block_on(rpool.allocate_blocks_async(100)).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotEnoughBlocks);
+    let more = block_on(rpool.allocate_blocks_async(2)).unwrap();
+    assert_eq!(more.len(), 2);
+}
+
+#[test]
+fn daemon_gone_is_an_error_not_a_hang() {
+    let mut d = Daemon::start(4);
+    let client = d.connect();
+    let pool = client.pool("g").unwrap();
+    let held = pool.allocate_blocks(1).unwrap();
+    d.kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while client.daemon_alive() && std::time::Instant::now() < deadline {
+        let _ = client.ping();
+    }
+    assert!(!client.daemon_alive());
+    assert_eq!(client.ping().unwrap_err().code(), ErrorCode::DaemonGone);
+    assert_eq!(
+        pool.match_sequence_hashes(&[1]).unwrap_err().code(),
+        ErrorCode::DaemonGone
+    );
+    assert_eq!(
+        block_on(pool.match_sequence_hashes_async(&[1]))
+            .unwrap_err()
+            .code(),
+        ErrorCode::DaemonGone
+    );
+    drop(held); // releasing into a dead daemon is harmless
+}
+
+#[test]
+fn abi_version_matches() {
+    assert_eq!(kvpool::abi_version() >> 16, 1);
+}

@@ -1,0 +1,160 @@
+//! A real kvpoold for the crate's tests (path in $KVPOOLD, which ctest sets): a JSON config
+//! with a unique instance in a fresh runtime dir, NOTIFY_SOCKET to learn READY=1, every wait
+//! bounded by a deadline on a condition. Plus a minimal executor for the async forms (std
+//! only: a waker that unparks the waiting thread).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+pub struct Daemon {
+    pub dir: PathBuf,
+    pub instance: String,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// kvpoold with one host pool "g" of `blocks` blocks, page size 4 (Dynamo's test layout).
+    pub fn start(blocks: u32) -> Daemon {
+        let kvpoold =
+            std::env::var("KVPOOLD").expect("$KVPOOLD must name the kvpoold binary (ctest sets it)");
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let instance = format!("rs{}-{}", std::process::id(), n);
+        let dir = std::env::temp_dir().join(format!("kvpool-rs-{}", instance));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = format!(
+            r#"{{"instance": "{}", "runtime_dir": "{}", "max_clients": 16, "poll_us": 20,
+               "log_level": "warn", "pools": [{{"name": "g", "num_blocks": {}, "layout":
+               {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
+                 "alignment": 64}}}}]}}"#,
+            instance,
+            dir.display(),
+            blocks
+        );
+        let config_path = dir.join("kvpoold.json");
+        std::fs::write(&config_path, config).unwrap();
+        let notify = dir.join("notify");
+        let sock = UnixDatagram::bind(&notify).unwrap();
+        let mut child = Command::new(&kvpoold)
+            .arg("--config")
+            .arg(&config_path)
+            .env("NOTIFY_SOCKET", &notify)
+            .env_remove("RUNTIME_DIRECTORY")
+            .env_remove("WATCHDOG_USEC")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {}", kvpoold, e));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("kvpoold exited ({}) before READY=1", st);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let _ = child.kill();
+                panic!("kvpoold did not send READY=1 within 10 s");
+            }
+            // Bounded so that an exited kvpoold is noticed.
+            sock.set_read_timeout(Some(left.min(Duration::from_millis(100))))
+                .unwrap();
+            if let Ok(n) = sock.recv(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") {
+                    break;
+                }
+            }
+        }
+        Daemon {
+            dir,
+            instance,
+            child: Some(child),
+        }
+    }
+
+    pub fn connect(&self) -> kvpool::Client {
+        let o = kvpool::ConnectOptions {
+            runtime_dir: Some(self.dir.display().to_string()),
+            connect_timeout: Duration::from_secs(10),
+            poll_us: 20,
+            ..Default::default()
+        };
+        kvpool::Client::connect_with(&self.instance, &o).expect("connect")
+    }
+
+    /// SIGKILL (std has no SIGTERM) and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+        // A killed daemon leaves its segments behind.
+        let prefix = format!("kvpool.{}.", self.instance);
+        if let Ok(entries) = std::fs::read_dir("/dev/shm") {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits (bounded) until `pred` holds on the pool's counts; releases are batched, so the
+/// daemon applies them a moment after the drop. Each try flushes and pings (a round trip).
+pub fn wait_counts(
+    pool: &kvpool::Pool,
+    what: &str,
+    pred: impl Fn(&kvpool::PoolCounts) -> bool,
+) -> kvpool::PoolCounts {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        pool.client().flush();
+        let c = pool.counts().expect("counts");
+        if pred(&c) {
+            return c;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after 10 s waiting for {}; seen {:?}", what, c);
+        }
+        pool.client().ping().expect("ping");
+    }
+}
+
+struct ThreadWaker(std::thread::Thread);
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future to completion on this thread (bounded: panics after 10 s).
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = Box::pin(fut);
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "future did not complete within 10 s");
+        std::thread::park_timeout(left);
+    }
+}
