@@ -222,8 +222,8 @@ void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
 
 PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
   expect_object(j, path);
-  reject_unknown_fields(j, path,
-                        {"name", "storage", "device", "num_blocks", "max_holds", "layout"});
+  reject_unknown_fields(
+      j, path, {"name", "storage", "device", "num_blocks", "max_holds", "layout", "hash_scheme"});
   PoolConfig pool = defaults;
   if (auto it = j.find("name"); it != j.end()) pool.name = read_string(*it, child(path, "name"));
   if (auto it = j.find("storage"); it != j.end()) {
@@ -250,6 +250,14 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   }
   if (auto it = j.find("layout"); it != j.end())
     read_layout(*it, child(path, "layout"), pool.layout);
+  if (auto it = j.find("hash_scheme"); it != j.end()) {
+    const std::string scheme_path = child(path, "hash_scheme");
+    const std::string name = read_string(*it, scheme_path);
+    auto scheme = parse_hash_scheme(name);
+    if (!scheme)
+      fail(scheme_path, "must be \"dynamo-0.2\" or \"dynamo-router\", got \"" + name + "\"");
+    pool.hash_scheme = *scheme;
+  }
   return pool;
 }
 
@@ -598,6 +606,7 @@ std::string config_to_json(const Config& c) {
     if (p.storage != shm::StorageKind::kHost || p.device != -1) pool["device"] = p.device;
     pool["num_blocks"] = p.layout.num_blocks;
     pool["max_holds"] = p.max_holds;
+    pool["hash_scheme"] = std::string(hash_scheme_name(p.hash_scheme));
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvpool/core/hash.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/shm/segment_layout.hpp"
@@ -19,6 +20,9 @@ struct PoolConfig {
   int32_t device = -1;     // "device": CUDA ordinal, cuda pools only (>= 0)
   LayoutConfig layout{};   // "num_blocks" and "layout": {...}
   uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
+  // "hash_scheme": how workers hash this pool's blocks (core/hash.hpp); published in
+  // PoolInfo, kvpoolctl status and every event batch.
+  HashScheme hash_scheme = HashScheme::kDynamo02;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

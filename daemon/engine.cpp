@@ -192,6 +192,7 @@ Status Engine::init() {
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
     info.arena_offset = arena_off[i];
     info.arena_bytes = arena_len[i];
+    info.hash_scheme = static_cast<uint32_t>(pc.hash_scheme);
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
@@ -433,6 +434,20 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
                std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor) +
                "; rebuild the worker against a matching libkvpool");
     return;
+  }
+  // A worker older than layout 1.4 cannot see PoolInfo::hash_scheme and would hash with
+  // dynamo-0.2 whatever the pool says: its hashes would silently never match.
+  if (h.type == proto::MsgType::kHello && h.layout_minor < 4) {
+    for (const PoolConfig& pc : config_.pools) {
+      if (pc.hash_scheme == HashScheme::kDynamo02) continue;
+      refuse(sock.get(), ErrorCode::kVersionMismatch,
+             "pool '" + pc.name + "' hashes with scheme '" +
+                 std::string(hash_scheme_name(pc.hash_scheme)) +
+                 "', which a client of shm layout " + std::to_string(h.layout_major) + "." +
+                 std::to_string(h.layout_minor) +
+                 " does not know; rebuild the worker against libkvpool >= layout 1.4");
+      return;
+    }
   }
   h.instance[sizeof(h.instance) - 1] = '\0';
   if (config_.instance != h.instance) {

@@ -11,6 +11,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   procps util-linux
   python3-dev pybind11-dev python3-numpy python3-pytest
+  libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack python3-xxhash
 )
 
 missing=()

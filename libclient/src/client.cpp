@@ -19,6 +19,20 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
 const std::string& Pool::name() const { return client_->conn->pools()[index_].name; }
 const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_].layout.config(); }
 
+HashScheme Pool::hash_scheme() const { return client_->conn->pools()[index_].hash_scheme(); }
+
+Status Pool::check_hash_scheme(HashScheme worker_scheme) const {
+  const HashScheme pool_scheme = hash_scheme();
+  if (pool_scheme == worker_scheme) return Status::ok();
+  return Status(ErrorCode::kVersionMismatch,
+                "pool '" + name() + "' hashes with scheme '" +
+                    std::string(hash_scheme_name(pool_scheme)) + "' (" +
+                    std::to_string(static_cast<uint32_t>(pool_scheme)) + "), this worker with '" +
+                    std::string(hash_scheme_name(worker_scheme)) +
+                    "': its hashes would never match the pool's; use the pool's scheme "
+                    "(Pool::hash_scheme()) or set \"hash_scheme\" in kvpoold's config");
+}
+
 Pool::Storage Pool::storage() const {
   return client_->conn->pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
 }

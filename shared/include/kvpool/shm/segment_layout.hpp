@@ -29,8 +29,8 @@ namespace kvpool::shm {
 inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 inline constexpr uint16_t kLayoutMajor = 1;
-inline constexpr uint16_t kLayoutMinor =
-    3;                                    // 1: event ring; 2: latency histogram; 3: reclaim times
+// 1: event ring; 2: latency histogram; 3: reclaim times; 4: PoolInfo::hash_scheme
+inline constexpr uint16_t kLayoutMinor = 4;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -149,12 +149,16 @@ struct PoolInfo {
   uint64_t arena_bytes;
   uint8_t device_uuid[16];  // CUDA device UUID (device pools)
   uint8_t ipc_handle[64];   // cudaIpcMemHandle_t (device pools)
-  uint8_t reserved[40];
+  // Minor 4: kvpool::HashScheme of the pool's hashes (core/hash.hpp). Older daemons left
+  // these bytes zero, which is kDynamo02, the only scheme they had.
+  uint32_t hash_scheme;
+  uint8_t reserved[36];
 };
 static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
 static_assert(offsetof(PoolInfo, layout) == 128);
 static_assert(offsetof(PoolInfo, data_bytes) == 168);
 static_assert(offsetof(PoolInfo, ipc_handle) == 208);
+static_assert(offsetof(PoolInfo, hash_scheme) == 272);
 static_assert(sizeof(PoolInfo) == 312);
 
 // Head of a client's own segment. The lease mutex is locked by the client's lease thread
