@@ -118,7 +118,10 @@ void VllmBatchBuilder::resync(std::span<const RegisteredBlock> blocks) {
   for (const RegisteredBlock& b : blocks)
     by_pool[b.pool].emplace(b.sequence_hash, Node{b.parent_hash, b.has_parent});
   std::vector<uint64_t> stack;
-  for (auto& [pool, nodes] : by_pool) {
+  for (auto& entry : by_pool) {
+    // Named, not a structured binding: the walk below captures them (clang 14 cannot).
+    const uint32_t pool = entry.first;
+    const auto& nodes = entry.second;
     std::unordered_multimap<uint64_t, uint64_t> children;
     std::vector<uint64_t> roots;
     for (const auto& [seq, n] : nodes) {
