@@ -70,7 +70,7 @@ class VllmEvents : public ::testing::Test {
     }
   }
 
-  void start(uint32_t blocks, uint32_t ring_slots) {
+  void start(uint32_t blocks, uint32_t ring_slots, std::vector<std::string> extra_args = {}) {
     daemon_ = std::make_unique<DaemonProcess>(events_config(blocks, ring_slots));
     daemon_->start();
     // The subscriber first: it connects before the PUB socket is bound and fills what it
@@ -82,10 +82,21 @@ class VllmEvents : public ::testing::Test {
                 test_environment(), -1, -1, err.get());
     auto ferr = open_log(dir_ + "/events.stderr");
     fwd_ = std::make_unique<ChildProcess>();
-    fwd_->spawn({KVPOOL_EVENTS_PATH, "--format", "vllm", "--instance", daemon_->instance(),
-                 "--runtime-dir", daemon_->runtime_dir(), "--zmq-endpoint", pub_,
-                 "--zmq-replay-endpoint", replay_, "--log-level", "info"},
-                test_environment(), -1, -1, ferr.get());
+    std::vector<std::string> argv{KVPOOL_EVENTS_PATH,
+                                  "--format",
+                                  "vllm",
+                                  "--instance",
+                                  daemon_->instance(),
+                                  "--runtime-dir",
+                                  daemon_->runtime_dir(),
+                                  "--zmq-endpoint",
+                                  pub_,
+                                  "--zmq-replay-endpoint",
+                                  replay_,
+                                  "--log-level",
+                                  "info"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    fwd_->spawn(argv, test_environment(), -1, -1, ferr.get());
   }
 
   // Every batch the subscriber decoded so far, in sequence order. A subscriber that exited
@@ -283,6 +294,17 @@ TEST_F(VllmEvents, ADaemonRestartIsAClearWithSequenceNumbersGoingOn) {
                    "the new daemon's blocks");
   expect_consecutive(b);  // one stream: sequence numbers went on, never back to 0
   EXPECT_GT(b.back()["seq"].get<uint64_t>(), before - 1);
+}
+
+// The subscriber is strict: the array form of older vLLM is not what today's Structs
+// decode, and it says so (so the tests above would catch a stream vLLM could not read).
+TEST_F(VllmEvents, TheSubscriberRefusesWhatTodaysVllmStructsWouldNotDecode) {
+  start(64, 65536, {"--vllm-encoding", "array"});
+  auto st = sub_->wait_exit(20s);
+  ASSERT_TRUE(st.has_value()) << "the subscriber accepted the array form";
+  EXPECT_TRUE(st->exited() && st->code() == 3) << st->describe();
+  EXPECT_NE(read_file(dir_ + "/sub.stderr").find("KVEventBatch must be a map"), std::string::npos)
+      << read_file(dir_ + "/sub.stderr");
 }
 
 TEST(VllmHashVectors, DynamoRouterSchemeMatchesAnIndependentImplementation) {
