@@ -24,7 +24,8 @@ EventSource MessageBuilder::source(uint32_t pool) const {
 }
 
 uint32_t MessageBuilder::tier_mask(uint32_t pool) const {
-  if (pools_.empty()) return ~uint32_t{0};  // nothing known: one tier
+  // Dynamo 0.2.1's envelope has no tier: every pool is one cache to that router, as before.
+  if (!full_envelope_ || pools_.empty()) return ~uint32_t{0};
   const bool device = pool_meta(pools_, pool).device;
   uint32_t mask = 0;
   for (uint32_t i = 0; i < pools_.size(); ++i)

@@ -423,6 +423,25 @@ TEST(MessageBuilder, HostPoolsSpeakAsTheCacheOwnerDevicePoolsAsTheWorker) {
   EXPECT_EQ(cap.events[6].storage_tier, "device");
 }
 
+TEST(MessageBuilder, TheLegacyEnvelopeKeepsEveryPoolOneCache) {
+  // No tier in Dynamo 0.2.1's envelope: a hash in a host and a device pool is one block to
+  // that router, stored once and removed only when the last pool drops it.
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  b.set_pools({{"g2", false, 16, HashScheme::kDynamo02}, {"g1", true, 16, HashScheme::kDynamo02}});
+  Records rec;
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}}));
+  feed(b, rec.stored(1, {{100, 1, std::nullopt}}));
+  b.add(rec.single(shm::EventType::kRemoved, 1, 100));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 1u);
+  EXPECT_EQ(cap.events[0].kind, RouterEvent::Kind::kStored);
+  b.add(rec.single(shm::EventType::kRemoved, 0, 100));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 2u);
+  EXPECT_EQ(cap.events[1].kind, RouterEvent::Kind::kRemoved);
+}
+
 TEST(MessageBuilder, WithoutAnIdentityTheEnvelopeIsDynamo021s) {
   Captured cap;
   MessageBuilder b(5, cap.sink());
