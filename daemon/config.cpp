@@ -243,7 +243,7 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   expect_object(j, path);
   reject_unknown_fields(j, path,
                         {"name", "storage", "device", "num_blocks", "max_holds", "layout",
-                         "allowed_uids", "allowed_gids"});
+                         "allowed_uids", "allowed_gids", "hash_scheme"});
   PoolConfig pool = defaults;
   if (auto it = j.find("allowed_uids"); it != j.end())
     pool.allowed_uids = read_id_list<uid_t>(*it, child(path, "allowed_uids"));
@@ -275,6 +275,14 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   if (auto it = j.find("layout"); it != j.end()) {
     read_layout(*it, child(path, "layout"), pool.layout);
     read_dtype(*it, child(path, "layout"), pool);
+  }
+  if (auto it = j.find("hash_scheme"); it != j.end()) {
+    const std::string scheme_path = child(path, "hash_scheme");
+    const std::string name = read_string(*it, scheme_path);
+    auto scheme = parse_hash_scheme(name);
+    if (!scheme)
+      fail(scheme_path, "must be \"dynamo-0.2\" or \"dynamo-router\", got \"" + name + "\"");
+    pool.hash_scheme = *scheme;
   }
   return pool;
 }
@@ -678,6 +686,7 @@ std::string config_to_json(const Config& c) {
     pool["max_holds"] = p.max_holds;
     if (!p.allowed_uids.empty()) pool["allowed_uids"] = p.allowed_uids;
     if (!p.allowed_gids.empty()) pool["allowed_gids"] = p.allowed_gids;
+    pool["hash_scheme"] = std::string(hash_scheme_name(p.hash_scheme));
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},

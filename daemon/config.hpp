@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvpool/core/dtype.hpp"
+#include "kvpool/core/hash.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -27,6 +28,9 @@ struct PoolConfig {
   std::vector<gid_t> allowed_gids;
   // "layout": {"dtype": ...}: the element type; dtype_bytes agrees with it.
   DType dtype = DType::kUnspecified;
+  // "hash_scheme": how workers hash this pool's blocks (core/hash.hpp); published in
+  // PoolInfo, kvpoolctl status and every event batch.
+  HashScheme hash_scheme = HashScheme::kDynamo02;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

@@ -198,6 +198,7 @@ Status Engine::init() {
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
     info.arena_offset = arena_off[i];
     info.arena_bytes = arena_len[i];
+    info.hash_scheme = static_cast<uint32_t>(pc.hash_scheme);
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "commands.hpp"
@@ -16,14 +17,29 @@ namespace {
 
 struct HashOptions {
   Salt salt = 0;
+  std::string scheme = "dynamo-0.2";
+  std::string lora_name;
+  std::string cache_namespace;
+  bool salt_given = false;
   uint32_t page_size = 16;
   bool json = false;
   std::vector<Token> tokens;
 };
 
 void run_hash(const HashOptions& opts) {
+  const auto scheme = parse_hash_scheme(opts.scheme);
+  if (!scheme)
+    throw CommandError("--hash-scheme must be dynamo-0.2 or dynamo-router, got '" + opts.scheme +
+                       "'");
+  const bool identity = !opts.lora_name.empty() || !opts.cache_namespace.empty();
+  if (identity && *scheme != HashScheme::kDynamoRouter)
+    throw CommandError("--lora-name and --cache-namespace need --hash-scheme dynamo-router");
+  // dynamo-router: the salt is Dynamo's seed of the request's identity, unless given.
+  const Salt salt = *scheme == HashScheme::kDynamoRouter && !opts.salt_given
+                        ? dynamo_router_salt(opts.cache_namespace, opts.lora_name)
+                        : opts.salt;
   Result<TokenBlockSequence> seq =
-      TokenBlockSequence::create(opts.tokens, opts.page_size, opts.salt);
+      TokenBlockSequence::create(opts.tokens, opts.page_size, salt, *scheme);
   if (!seq) throw CommandError(seq.status());
 
   if (opts.json) {
@@ -56,7 +72,16 @@ void add_hash_command(CLI::App& app) {
   auto opts = std::make_shared<HashOptions>();
   CLI::App* cmd = app.add_subcommand(
       "hash", "Print '<block_hash> <sequence_hash>' (decimal) for each full block of TOKENS");
-  cmd->add_option("--salt", opts->salt, "Hash salt (seed)")->capture_default_str();
+  cmd->add_option("--salt", opts->salt,
+                  "Hash salt (seed); Dynamo's router uses 1337. dynamo-router: default from "
+                  "--lora-name / --cache-namespace")
+      ->capture_default_str()
+      ->each([opts](const std::string&) { opts->salt_given = true; });
+  cmd->add_option("--hash-scheme", opts->scheme, "dynamo-0.2 | dynamo-router")
+      ->capture_default_str();
+  cmd->add_option("--lora-name", opts->lora_name, "dynamo-router: LoRA adapter of the request");
+  cmd->add_option("--cache-namespace", opts->cache_namespace,
+                  "dynamo-router: cache namespace of the request");
   cmd->add_option("--page-size", opts->page_size, "Tokens per block")->capture_default_str();
   cmd->add_flag("--json", opts->json,
                 "Print a JSON array of {block_hash, sequence_hash, parent_hash}");

@@ -56,7 +56,9 @@ nlohmann::json status_json(const ControlView& v) {
     const auto& p = v.pools[i];
     auto c = p.counts();
     const auto& s = p.stats();
+    const auto scheme = static_cast<HashScheme>(v.pool_infos[i]->hash_scheme);
     j["pools"].push_back({{"name", p.name()},
+                          {"hash_scheme", std::string(hash_scheme_name(scheme))},
                           {"total_blocks", c.total},
                           {"free_blocks", c.free},
                           {"mutable_blocks", c.mutable_blocks},
@@ -93,15 +95,16 @@ void add_status_command(CLI::App& app) {
                 j["instance"].get<std::string>().c_str(), static_cast<long long>(j["daemon_pid"].get<int64_t>()),
                 j["clients"].get<uint32_t>(), static_cast<unsigned long long>(j["reclaimed_clients"].get<uint64_t>()),
                 static_cast<unsigned long long>(j["reclaimed_blocks"].get<uint64_t>()));
-    std::printf("%-12s %10s %10s %10s %10s %10s %14s %14s\n", "pool", "total", "free", "mutable",
-                "active", "inactive", "match_queries", "match_hits");
+    std::printf("%-12s %10s %10s %10s %10s %10s %14s %14s  %s\n", "pool", "total", "free",
+                "mutable", "active", "inactive", "match_queries", "match_hits", "hash_scheme");
     for (auto& p : j["pools"]) {
-      std::printf("%-12s %10u %10u %10u %10u %10u %14llu %14llu\n", p["name"].get<std::string>().c_str(),
-                  p["total_blocks"].get<uint32_t>(), p["free_blocks"].get<uint32_t>(),
-                  p["mutable_blocks"].get<uint32_t>(), p["active_blocks"].get<uint32_t>(),
-                  p["inactive_blocks"].get<uint32_t>(),
+      std::printf("%-12s %10u %10u %10u %10u %10u %14llu %14llu  %s\n",
+                  p["name"].get<std::string>().c_str(), p["total_blocks"].get<uint32_t>(),
+                  p["free_blocks"].get<uint32_t>(), p["mutable_blocks"].get<uint32_t>(),
+                  p["active_blocks"].get<uint32_t>(), p["inactive_blocks"].get<uint32_t>(),
                   static_cast<unsigned long long>(p["match_queries"].get<uint64_t>()),
-                  static_cast<unsigned long long>(p["match_hits"].get<uint64_t>()));
+                  static_cast<unsigned long long>(p["match_hits"].get<uint64_t>()),
+                  p["hash_scheme"].get<std::string>().c_str());
     }
   });
 }

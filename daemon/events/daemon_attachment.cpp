@@ -63,6 +63,21 @@ Result<std::unique_ptr<DaemonAttachment>> DaemonAttachment::attach(const std::st
   return a;
 }
 
+std::vector<PoolMeta> DaemonAttachment::pool_metas() const {
+  std::vector<PoolMeta> metas;
+  for (uint32_t i = 0; i < header_->num_pools; ++i) {
+    const shm::PoolInfo& info = infos_[i];
+    PoolMeta m;
+    m.name.assign(info.name, strnlen(info.name, sizeof(info.name)));
+    m.device = info.storage == static_cast<uint32_t>(shm::StorageKind::kCuda);
+    m.page_size = info.layout.page_size;
+    // A daemon older than layout 1.4 left this zero: dynamo-0.2, its only scheme.
+    m.hash_scheme = static_cast<HashScheme>(info.hash_scheme);
+    metas.push_back(std::move(m));
+  }
+  return metas;
+}
+
 bool DaemonAttachment::daemon_alive() const {
   if (header_->state.load(std::memory_order_acquire) !=
       static_cast<uint32_t>(shm::DaemonState::kReady))

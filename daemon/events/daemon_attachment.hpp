@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/events/message_builder.hpp"
+#include "daemon/events/pool_meta.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/shm/event_ring.hpp"
 #include "kvpool/shm/segment.hpp"
@@ -41,6 +42,8 @@ class DaemonAttachment {
   int64_t daemon_pid() const { return header_->daemon_pid; }
   uint32_t num_pools() const { return header_->num_pools; }
   const shm::PoolInfo& pool_info(uint32_t i) const { return infos_[i]; }
+  // What the event formats need of each pool (storage, page size, hash scheme).
+  std::vector<PoolMeta> pool_metas() const;
 
   // Copies every pool arena out of the segment and reads the registered blocks from the
   // copies. Tries up to `max_attempts` times for a consistent copy (see RegistrySnapshot).

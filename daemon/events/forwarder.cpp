@@ -16,21 +16,10 @@ constexpr auto kAttachRetryMax = std::chrono::milliseconds(2000);
 
 }  // namespace
 
-Forwarder::Forwarder(ForwarderOptions options)
-    : options_(std::move(options)),
-      subject_(kv_events_subject(options_.ns, options_.component)),
-      builder_(options_.worker_id, [this](std::string_view json) { return publish(json); }) {}
+Forwarder::Forwarder(ForwarderOptions options, std::unique_ptr<EventOutput> output)
+    : options_(std::move(options)), output_(std::move(output)) {}
 
 Forwarder::~Forwarder() = default;
-
-bool Forwarder::publish(std::string_view json) {
-  if (!nats_->connected()) return false;
-  if (Status s = nats_->publish(subject_, json); !s.is_ok()) {
-    if (stats_.publish_errors++ % 1000 == 0) spdlog::warn("{}", s.message());
-    return false;
-  }
-  return true;
-}
 
 void Forwarder::resync(const char* why) {
   auto snap = daemon_->snapshot();
@@ -39,10 +28,10 @@ void Forwarder::resync(const char* why) {
     return;  // need_resync_ stays set: tried again next round
   }
   if (!snap->consistent) ++stats_.torn_snapshots;
-  builder_.resync(snap->blocks);
+  output_->resync(snap->blocks);
   daemon_->ring().seek(snap->resume_id);
   ++stats_.resyncs;
-  need_resync_ = !builder_.in_sync();
+  need_resync_ = !output_->in_sync();
   spdlog::info(
       "resync ({}): cleared + {} registered block(s) as {}, replaying the ring from event {}{}",
       why, snap->blocks.size(), need_resync_ ? "a failed publish" : "stored events",
@@ -62,31 +51,13 @@ void Forwarder::idle(uint32_t& idle_rounds) {
 }
 
 void Forwarder::log_stats() {
-  const BuilderStats& b = builder_.stats();
-  spdlog::info(
-      "events {} -> messages {} (stored blocks {}, removed {}, cleared {}); laps {} (lost {}), "
-      "resyncs {} (best-effort {}), publish errors {}, NATS disconnects {}",
-      b.records, b.messages, b.stored_blocks, b.removed_blocks, b.cleared, stats_.laps,
-      stats_.lost_events, stats_.resyncs, stats_.torn_snapshots, stats_.publish_errors,
-      nats_ ? nats_->disconnects() : 0);
+  spdlog::info("{}; laps {} (lost {}), resyncs {} (best-effort {})", output_->stats_line(),
+               stats_.laps, stats_.lost_events, stats_.resyncs, stats_.torn_snapshots);
 }
 
 Status Forwarder::run() {
-  auto link = NatsLink::connect(options_.nats);
-  if (!link) return link.status();
-  nats_ = std::move(link.value());
-  const std::string resync_subj = resync_subject(options_.ns, options_.component);
-  KVPOOL_RETURN_IF_ERROR(nats_->subscribe(resync_subj, [this](std::string_view data) {
-    auto who = parse_resync_request(data);
-    if (!who) {
-      spdlog::warn("ignoring a resync request: {}", who.status().message());
-      return;
-    }
-    if (!who->has_value() || **who == options_.worker_id)
-      resync_requested_.store(true, std::memory_order_release);
-  }));
-  spdlog::info("kvpool-events: instance '{}' -> {} on {} as worker {} (resync requests on {})",
-               options_.instance, options_.nats.url, subject_, options_.worker_id, resync_subj);
+  KVPOOL_RETURN_IF_ERROR(output_->open());
+  spdlog::info("kvpool-events: instance '{}' -> {}", options_.instance, output_->describe());
 
   auto attach_wait = std::chrono::milliseconds(50);
   auto last_check = Clock::now();
@@ -111,6 +82,7 @@ Status Forwarder::run() {
         continue;
       }
       daemon_ = std::move(a.value());
+      output_->set_pools(daemon_->pool_metas());
       attach_wait = std::chrono::milliseconds(50);
       ++stats_.attaches;
       need_resync_ = true;
@@ -125,11 +97,12 @@ Status Forwarder::run() {
         continue;
       }
     }
-    // 2. NATS. While it is down nothing can be told; what happens meanwhile comes with the
-    // resync once it is back.
-    if (!nats_->connected()) {
+    // 2. The transport. While it is down nothing can be told; what happens meanwhile comes
+    // with the resync once it is back.
+    output_->serve();
+    if (!output_->connected()) {
       if (!warned_nats)
-        spdlog::warn("NATS {} is not connected; will resync when it is", options_.nats.url);
+        spdlog::warn("{} is not connected; will resync when it is", output_->describe());
       warned_nats = true;
       need_resync_ = true;
       daemon_->ring().seek_to_end();
@@ -137,16 +110,16 @@ Status Forwarder::run() {
       continue;
     }
     warned_nats = false;
-    const uint64_t epoch = nats_->epoch();
+    const uint64_t epoch = output_->epoch();
     if (epoch != synced_epoch_) {
       need_resync_ = true;
       synced_epoch_ = epoch;
     }
-    if (resync_requested_.exchange(false, std::memory_order_acq_rel)) {
+    if (output_->take_resync_request()) {
       resync("a router asked");
       continue;
     }
-    if (need_resync_ || !builder_.in_sync()) {
+    if (need_resync_ || !output_->in_sync()) {
       resync(stats_.resyncs == 0 ? "start" : "after a gap");
       continue;
     }
@@ -158,7 +131,7 @@ Status Forwarder::run() {
     while (n < kRecordsPerRound) {
       auto o = ring.next(&rec);
       if (o == shm::EventRingReader::Outcome::kEvent) {
-        builder_.add(rec);
+        output_->add(rec);
         ++n;
       } else if (o == shm::EventRingReader::Outcome::kLapped) {
         ++stats_.laps;
@@ -171,15 +144,14 @@ Status Forwarder::run() {
         break;
       }
     }
-    if (drained) builder_.flush();
+    if (drained) output_->flush();
     if (n == 0 && drained) {
       idle(idle_rounds);
     } else {
       idle_rounds = 0;
     }
   }
-  builder_.flush();
-  if (nats_->connected()) (void)nats_->flush(std::chrono::milliseconds(2000));
+  output_->close();
   log_stats();
   return Status::ok();
 }

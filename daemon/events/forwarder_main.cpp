@@ -1,14 +1,23 @@
-// kvpool-events: forwards one kvpoold's KV events to NATS for a Dynamo-style KV router.
-//   kvpool-events --worker-id W [--instance NAME] [--runtime-dir DIR]
+// kvpool-events: forwards one kvpoold's KV events to a cluster router.
+//   kvpool-events --worker-id W [--instance NAME] [--runtime-dir DIR]            (Dynamo, NATS)
 //                 [--nats-url nats://127.0.0.1:4222] [--namespace NS] [--component C]
+//                 [--topic kv-events|kv_events] [--dp-rank R]
+//                 [--residency cache_owner|worker] [--state-source ID] [--legacy-envelope]
+//   kvpool-events --format vllm --zmq-endpoint tcp://127.0.0.1:5557               (vLLM, ZMQ)
+//                 [--zmq-replay-endpoint tcp://127.0.0.1:5558] [--zmq-topic T]
+//                 [--replay-buffer N] [--dp-rank R] [--vllm-encoding map|array]
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 
 #include "daemon/events/forwarder.hpp"
+#include "daemon/events/nats_output.hpp"
+#include "daemon/events/vllm_output.hpp"
 
 namespace {
 
@@ -18,31 +27,119 @@ void on_signal(int) {
   if (g_forwarder) g_forwarder->stop();
 }
 
+// state_source travels unescaped in JSON: keep it to identifier characters.
+bool valid_source_id(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':' ||
+          c == '/'))
+      return false;
+  return true;
+}
+
+// A stable default: the same host and instance give the same id across restarts.
+std::string default_state_source(const std::string& instance) {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, 8, "host");
+  std::string id = std::string("kvpool.") + host + "." + instance;
+  for (char& c : id)
+    if (!valid_source_id(std::string(1, c))) c = '_';
+  return id;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace kvpool::events;
-  CLI::App app{"kvpool-events: publishes a kvpoold's KV events to NATS (Dynamo router format)"};
+  CLI::App app{
+      "kvpool-events: publishes a kvpoold's KV events for cluster routers "
+      "(Dynamo's router JSON on NATS, or vLLM's KVEventBatch on ZMQ)"};
   ForwarderOptions o;
+  std::string format = "dynamo";
   std::string log_level = "info";
+  NatsOutputOptions nats;
+  std::string residency = "cache_owner";
+  VllmOutputOptions vllm;
+  std::string encoding = "map";
+  int64_t dp_rank = 0;
   app.add_option("--instance", o.instance, "kvpoold instance")->capture_default_str();
   app.add_option("--runtime-dir", o.runtime_dir, "directory of kvpoold's socket");
-  app.add_option("--nats-url", o.nats.url, "NATS server")->capture_default_str();
-  app.add_option("--namespace", o.ns, "Dynamo namespace of the subject")->capture_default_str();
-  app.add_option("--component", o.component, "Dynamo component of the subject")
+  app.add_option("--format", format, "dynamo (router JSON on NATS) | vllm (msgpack on ZMQ)")
+      ->check(CLI::IsMember({"dynamo", "vllm"}))
       ->capture_default_str();
-  app.add_option("--worker-id", o.worker_id, "this worker's id in the router")->required();
+  app.add_option("--dp-rank", dp_rank,
+                 "data parallel rank (Dynamo dp_rank, vLLM data_parallel_rank)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->capture_default_str();
+  // Dynamo / NATS
+  app.add_option("--worker-id", nats.identity.worker_id, "[dynamo] this cache's worker id");
+  app.add_option("--nats-url", nats.nats.url, "[dynamo] NATS server")->capture_default_str();
+  app.add_option("--namespace", nats.ns, "[dynamo] namespace of the subject")
+      ->capture_default_str();
+  app.add_option("--component", nats.component, "[dynamo] component of the subject")
+      ->capture_default_str();
+  app.add_option("--topic", nats.topic,
+                 "[dynamo] last part of the subject: kv-events (Dynamo today) or kv_events "
+                 "(Dynamo 0.2.1)")
+      ->capture_default_str();
+  app.add_option("--residency", residency,
+                 "[dynamo] host pools as a shared cache (cache_owner) or one worker's (worker)")
+      ->check(CLI::IsMember({"cache_owner", "worker"}))
+      ->capture_default_str();
+  app.add_option(
+      "--state-source", nats.identity.state_source,
+      "[dynamo] stable id of this cache (cache_owner); default kvpool.<host>.<instance>");
+  app.add_flag("--legacy-envelope", nats.legacy_envelope,
+               "[dynamo] Dynamo 0.2.1's event envelope (no storage_tier, residency, dp_rank)");
+  // vLLM / ZMQ
+  app.add_option("--zmq-endpoint", vllm.zmq.endpoint,
+                 "[vllm] PUB endpoint to bind (tcp://HOST:PORT or ipc://PATH)");
+  app.add_option("--zmq-replay-endpoint", vllm.zmq.replay_endpoint,
+                 "[vllm] replay ROUTER endpoint to bind; none by default");
+  app.add_option("--zmq-topic", vllm.zmq.topic, "[vllm] topic frame (vLLM's default: empty)");
+  app.add_option("--replay-buffer", vllm.zmq.replay_buffer, "[vllm] batches kept for replay")
+      ->capture_default_str();
+  app.add_option("--vllm-encoding", encoding,
+                 "[vllm] map (vLLM today) or array (array_like Structs of older vLLM)")
+      ->check(CLI::IsMember({"map", "array"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  o.nats.name = "kvpool-events/" + o.instance;
 
   auto logger = spdlog::stderr_color_mt("kvpool-events");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
 
-  Forwarder forwarder(o);
+  std::unique_ptr<EventOutput> output;
+  if (format == "dynamo") {
+    if (app.count("--worker-id") == 0) {
+      std::fprintf(stderr, "kvpool-events: --worker-id is required with --format dynamo\n");
+      return 2;
+    }
+    nats.nats.name = "kvpool-events/" + o.instance;
+    nats.identity.dp_rank = static_cast<uint32_t>(dp_rank);
+    nats.identity.cache_owner = residency == "cache_owner";
+    if (nats.identity.state_source.empty())
+      nats.identity.state_source = default_state_source(o.instance);
+    if (!valid_source_id(nats.identity.state_source)) {
+      std::fprintf(stderr, "kvpool-events: --state-source '%s': use 1..128 of [A-Za-z0-9._:/-]\n",
+                   nats.identity.state_source.c_str());
+      return 2;
+    }
+    output = std::make_unique<NatsOutput>(nats);
+  } else {
+    if (app.count("--zmq-endpoint") == 0) {
+      std::fprintf(stderr, "kvpool-events: --zmq-endpoint is required with --format vllm\n");
+      return 2;
+    }
+    vllm.dp_rank = dp_rank;
+    vllm.encoding = encoding == "map" ? VllmEncoding::kMap : VllmEncoding::kArray;
+    output = std::make_unique<VllmOutput>(vllm);
+  }
+
+  Forwarder forwarder(o, std::move(output));
   g_forwarder = &forwarder;
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -10,6 +10,54 @@ uint32_t pool_bit(uint32_t pool) { return pool < 32 ? uint32_t{1} << pool : 0x80
 
 }  // namespace
 
+EventSource MessageBuilder::source(uint32_t pool) const {
+  if (!full_envelope_) return EventSource(identity_.worker_id);
+  const PoolMeta& meta = pool_meta(pools_, pool);
+  EventSource src(identity_.worker_id);
+  src.dp_rank = identity_.dp_rank;
+  src.storage_tier = meta.device ? kTierDevice : kTierHostPinned;
+  const bool owner = !meta.device && identity_.cache_owner;
+  src.residency_domain = owner ? kDomainCacheOwner : kDomainWorker;
+  if (owner) src.state_source = identity_.state_source;
+  src.hash_scheme = hash_scheme_name(meta.hash_scheme);
+  return src;
+}
+
+uint32_t MessageBuilder::tier_mask(uint32_t pool) const {
+  // Dynamo 0.2.1's envelope has no tier: every pool is one cache to that router, as before.
+  if (!full_envelope_ || pools_.empty()) return ~uint32_t{0};
+  const bool device = pool_meta(pools_, pool).device;
+  uint32_t mask = 0;
+  for (uint32_t i = 0; i < pools_.size(); ++i)
+    if (pools_[i].device == device) mask |= pool_bit(i);
+  // Pools the table lacks are host pools (pool_meta's default).
+  if (!device && pools_.size() < 32) mask |= ~((uint32_t{1} << pools_.size()) - 1);
+  return mask;
+}
+
+void MessageBuilder::send_cleared() {
+  // One "cleared" per residency domain in use: a cache_owner clear leaves the worker's own
+  // domain alone and the other way round.
+  bool host = pools_.empty(), device = false;
+  for (const PoolMeta& m : pools_) (m.device ? device : host) = true;
+  auto once = [&](uint32_t like_pool) {
+    json_.clear();
+    append_cleared_json(json_, source(like_pool), next_event_id_);
+    ++stats_.cleared;
+    send(json_);
+  };
+  if (!full_envelope_) {
+    once(0);
+    return;
+  }
+  uint32_t first_host = 0, first_device = 0;
+  for (uint32_t i = pools_.size(); i-- > 0;) (pools_[i].device ? first_device : first_host) = i;
+  if (host) once(first_host);
+  // A device pool speaks as "worker"; so does a host pool when the identity says so (then
+  // the clear above already was the worker's).
+  if (device && identity_.cache_owner) once(first_device);
+}
+
 void MessageBuilder::send(const std::string& json) {
   ++next_event_id_;
   ++stats_.messages;
@@ -19,7 +67,7 @@ void MessageBuilder::send(const std::string& json) {
 void MessageBuilder::send_stored() {
   if (stored_.empty()) return;
   json_.clear();
-  append_stored_json(json_, worker_id_, next_event_id_, stored_parent_, stored_);
+  append_stored_json(json_, source(stored_pool_), next_event_id_, stored_parent_, stored_);
   stats_.stored_blocks += stored_.size();
   stored_.clear();
   stored_parent_.reset();
@@ -29,7 +77,7 @@ void MessageBuilder::send_stored() {
 void MessageBuilder::send_removed() {
   if (removed_.empty()) return;
   json_.clear();
-  append_removed_json(json_, worker_id_, next_event_id_, removed_);
+  append_removed_json(json_, source(removed_pool_), next_event_id_, removed_);
   stats_.removed_blocks += removed_.size();
   removed_.clear();
   send(json_);
@@ -38,11 +86,13 @@ void MessageBuilder::send_removed() {
 void MessageBuilder::stored_block(uint32_t pool, uint64_t seq, uint64_t block, bool has_parent,
                                   uint64_t parent) {
   uint32_t& mask = pools_of_[seq];
-  const bool known = mask != 0;
+  const bool known = (mask & tier_mask(pool)) != 0;
   mask |= pool_bit(pool);
-  if (known) return;  // another pool already told the router
-  // A message's blocks are a chain: start another one where this block does not continue it.
-  const bool continues = !stored_.empty() && has_parent && parent == stored_.back().block_hash;
+  if (known) return;  // another pool of the tier already told the router
+  // A message's blocks are a chain of one tier: start another one where this block does not
+  // continue it.
+  const bool continues = !stored_.empty() && has_parent && parent == stored_.back().block_hash &&
+                         (tier_mask(stored_pool_) & pool_bit(pool)) != 0;
   if (!continues || stored_.size() >= kMaxBlocksPerMessage) {
     // A full message splits a chain: the next message hangs under its last block.
     const bool split_chain = continues;
@@ -54,15 +104,20 @@ void MessageBuilder::stored_block(uint32_t pool, uint64_t seq, uint64_t block, b
       stored_parent_ = parent;
     }
   }
+  stored_pool_ = pool;
   stored_.push_back({seq, block});
 }
 
 void MessageBuilder::removed_block(uint32_t pool, uint64_t seq) {
   auto it = pools_of_.find(seq);
   if (it == pools_of_.end()) return;  // never told (removed before a resync's snapshot)
+  if ((it->second & pool_bit(pool)) == 0) return;
   it->second &= ~pool_bit(pool);
-  if (it->second != 0) return;  // another pool still holds it
-  pools_of_.erase(it);
+  if ((it->second & tier_mask(pool)) != 0) return;  // another pool of the tier still holds it
+  if (it->second == 0) pools_of_.erase(it);
+  // A message's removals are of one tier.
+  if (!removed_.empty() && (tier_mask(removed_pool_) & pool_bit(pool)) == 0) send_removed();
+  removed_pool_ = pool;
   removed_.push_back(seq);
   if (removed_.size() >= kMaxRemovedPerMessage) send_removed();
 }
@@ -84,22 +139,27 @@ void MessageBuilder::add(const shm::EventRecord& r) {
       break;
     case shm::EventType::kCleared: {
       send_stored();
+      send_removed();
+      removed_pool_ = pool;
       const uint32_t bit = pool_bit(pool);
+      const uint32_t tier = tier_mask(pool);
       for (auto it = pools_of_.begin(); it != pools_of_.end();) {
-        if ((it->second & bit) != 0 && (it->second &= ~bit) == 0) {
-          removed_.push_back(it->first);
+        if ((it->second & bit) == 0) {
+          ++it;
+          continue;
+        }
+        it->second &= ~bit;
+        if ((it->second & tier) == 0) removed_.push_back(it->first);
+        if (it->second == 0) {
           it = pools_of_.erase(it);
         } else {
           ++it;
         }
       }
       if (pools_of_.empty()) {
-        // Nothing left anywhere: one "cleared" says it all.
+        // Nothing left anywhere: "cleared" says it all.
         removed_.clear();
-        json_.clear();
-        append_cleared_json(json_, worker_id_, next_event_id_);
-        ++stats_.cleared;
-        send(json_);
+        send_cleared();
       } else {
         while (!removed_.empty()) {
           const size_t n = std::min(removed_.size(), kMaxRemovedPerMessage);
@@ -128,23 +188,30 @@ void MessageBuilder::resync(std::span<const RegisteredBlock> blocks) {
   pools_of_.clear();
   in_sync_ = true;
   ++stats_.resyncs;
-  json_.clear();
-  append_cleared_json(json_, worker_id_, next_event_id_);
-  ++stats_.cleared;
-  send(json_);
+  send_cleared();
+  // Each storage tier is its own cache to the router: host pools' chains, then device's.
+  for (const bool device : {false, true}) {
+    std::vector<RegisteredBlock> tier;
+    for (const RegisteredBlock& b : blocks)
+      if (pool_meta(pools_, b.pool).device == device) tier.push_back(b);
+    if (!tier.empty()) resync_tier(tier);
+  }
+}
 
+void MessageBuilder::resync_tier(std::span<const RegisteredBlock> blocks) {
   // One entry per hash (several pools may hold it), then chains: parents before children,
   // each child continuing its parent's message where it can.
   struct Node {
     uint64_t block_hash;
     uint64_t parent;
+    uint32_t pool;  // one of the pools holding it: the message's tier
     bool has_parent;
   };
   std::unordered_map<uint64_t, Node> nodes;
   nodes.reserve(blocks.size());
   for (const RegisteredBlock& b : blocks) {
     pools_of_[b.sequence_hash] |= pool_bit(b.pool);
-    nodes.emplace(b.sequence_hash, Node{b.block_hash, b.parent_hash, b.has_parent});
+    nodes.emplace(b.sequence_hash, Node{b.block_hash, b.parent_hash, b.pool, b.has_parent});
   }
   std::unordered_multimap<uint64_t, uint64_t> children;  // parent -> child
   std::vector<uint64_t> roots;
@@ -178,6 +245,7 @@ void MessageBuilder::resync(std::span<const RegisteredBlock> blocks) {
           stored_parent_ = n.parent;
         }
       }
+      stored_pool_ = n.pool;
       stored_.push_back({seq, n.block_hash});
       // Depth first; the first child is popped next and so continues this chain.
       auto [lo, hi] = children.equal_range(seq);

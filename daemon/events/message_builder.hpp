@@ -7,9 +7,14 @@
 // - Removed: consecutive removals go out as one message (up to kMaxRemovedPerMessage), sent
 //   when another kind of record arrives or the ring runs dry (flush()).
 // - Cleared: "cleared".
-// - A worker with several pools is one worker to the router: a hash is stored when the
-//   first pool registers it and removed when the last pool drops it.
-// - resync(): "cleared", then the whole registry as stored chains.
+// - A worker with several pools of one storage tier is one cache to the router: a hash is
+//   stored when the first pool of the tier registers it and removed when the last one drops
+//   it. Host and device pools are told apart (storage_tier "host_pinned" / "device").
+// - Host pools speak for a shared cache (residency_domain "cache_owner" with the identity's
+//   state_source) unless the identity says "worker"; device pools always as "worker"
+//   (Dynamo refuses cache_owner stores in device memory).
+// - resync(): "cleared" (one per residency domain in use), then the whole registry as
+//   stored chains.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/events/pool_meta.hpp"
 #include "daemon/events/router_event.hpp"
 #include "kvpool/shm/event_ring.hpp"
 
@@ -33,6 +39,14 @@ struct RegisteredBlock {
   uint64_t parent_hash;  // valid when has_parent
   uint32_t pool;
   bool has_parent;
+};
+
+// How this forwarder introduces itself to the router (RouterEvent's envelope).
+struct RouterIdentity {
+  int64_t worker_id = 0;
+  uint32_t dp_rank = 0;
+  bool cache_owner = true;   // host pools as a shared cache ("cache_owner"), else "worker"
+  std::string state_source;  // the cache's stable id (cache_owner)
 };
 
 struct BuilderStats {
@@ -51,7 +65,17 @@ class MessageBuilder {
   // Called with each finished message (JSON). Returns false when it could not be sent.
   using Sink = std::function<bool(std::string_view json)>;
 
-  MessageBuilder(int64_t worker_id, Sink sink) : worker_id_(worker_id), sink_(std::move(sink)) {}
+  // Dynamo 0.2.1's envelope (the worker id alone) until set_identity().
+  MessageBuilder(int64_t worker_id, Sink sink) : sink_(std::move(sink)) {
+    identity_.worker_id = worker_id;
+  }
+  // Today's envelope: storage_tier, residency_domain, dp_rank, state_source, hash_scheme.
+  void set_identity(RouterIdentity identity) {
+    identity_ = std::move(identity);
+    full_envelope_ = true;
+  }
+  // The daemon's pools (index = the ring's pool field). Call on every attach.
+  void set_pools(std::vector<PoolMeta> pools) { pools_ = std::move(pools); }
 
   // Feeds the next ring record (in event id order, without gaps; after a gap call resync()).
   void add(const shm::EventRecord& record);
@@ -74,8 +98,16 @@ class MessageBuilder {
   void send(const std::string& json);
   void stored_block(uint32_t pool, uint64_t seq, uint64_t block, bool has_parent, uint64_t parent);
   void removed_block(uint32_t pool, uint64_t seq);
+  void send_cleared();
+  void resync_tier(std::span<const RegisteredBlock> blocks);
+  // The envelope of an event about `pool`'s memory.
+  EventSource source(uint32_t pool) const;
+  // Bits of the pools that share `pool`'s storage tier.
+  uint32_t tier_mask(uint32_t pool) const;
 
-  int64_t worker_id_;
+  RouterIdentity identity_;
+  bool full_envelope_ = false;
+  std::vector<PoolMeta> pools_;
   Sink sink_;
   uint64_t next_event_id_ = 1;  // consecutive per forwarder run
   bool in_sync_ = true;
@@ -84,7 +116,9 @@ class MessageBuilder {
   // The stored message being built: a chain under stored_parent_.
   std::optional<uint64_t> stored_parent_;
   std::vector<StoredHashes> stored_;
+  uint32_t stored_pool_ = 0;
   std::vector<uint64_t> removed_;
+  uint32_t removed_pool_ = 0;
   std::string json_;  // reused buffer
 };
 

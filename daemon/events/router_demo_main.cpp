@@ -2,8 +2,14 @@
 // subscribes to the kv_events subject, keeps a per-worker index of sequence hashes, and
 // says for a token list how many leading blocks each worker already holds.
 //
-//   kvpool-router-demo [--nats-url U] [--namespace NS] [--component C]
-//                      [--page-size 16] [--salt 0] --query 1 2 3 ...   (one answer, exit)
+//   kvpool-router-demo [--nats-url U] [--namespace NS] [--component C] [--topic kv-events]
+//                      [--page-size 16] [--salt 1337] [--hash-scheme dynamo-0.2]
+//                      [--lora-name L] [--cache-namespace N] --query 1 2 3 ...  (answer, exit)
+//
+// The salt must be the workers': Dynamo's router hashes with 1337 (kDynamoSeed), so that is
+// the default here and what a worker should use to be matched by Dynamo's router too. With
+// --hash-scheme dynamo-router, --lora-name / --cache-namespace give the salt as Dynamo
+// derives it (dynamo_router_salt), unless --salt says otherwise.
 //   kvpool-router-demo [...]                                           (line mode on stdin)
 //
 // Line mode (for scripts and tests), one JSON line answered per command line:
@@ -46,9 +52,9 @@ struct State {
   std::atomic<uint64_t> resync_requests{0};
 };
 
-Result<std::vector<uint64_t>> hashes_of(const std::vector<Token>& tokens, uint32_t page,
-                                        Salt salt) {
-  auto seq = TokenBlockSequence::create(tokens, page, salt);
+Result<std::vector<uint64_t>> hashes_of(const std::vector<Token>& tokens, uint32_t page, Salt salt,
+                                        HashScheme scheme) {
+  auto seq = TokenBlockSequence::create(tokens, page, salt, scheme);
   if (!seq) return seq.status();
   return seq->sequence_hashes();
 }
@@ -70,7 +76,8 @@ int main(int argc, char** argv) {
   nats.name = "kvpool-router-demo";
   std::string ns = "dynamo", component = "kvpool", log_level = "warn";
   uint32_t page_size = 16;
-  uint64_t salt = 0;
+  uint64_t salt = kDynamoSeed;
+  std::string topic(kDefaultTopic), scheme_name = "dynamo-0.2", lora_name, cache_namespace;
   std::vector<Token> query;
   uint32_t wait_ms = 1000;
   app.add_option("--nats-url", nats.url, "NATS server")->capture_default_str();
@@ -79,7 +86,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--page-size", page_size, "tokens per block (as the workers' pools)")
       ->capture_default_str();
-  app.add_option("--salt", salt, "hash salt (as the workers use)")->capture_default_str();
+  app.add_option("--topic", topic, "last part of the subject: kv-events or kv_events (legacy)")
+      ->capture_default_str();
+  app.add_option("--salt", salt, "hash salt (as the workers use; Dynamo's router: 1337)")
+      ->capture_default_str();
+  app.add_option("--hash-scheme", scheme_name, "dynamo-0.2 | dynamo-router (as the pools)")
+      ->capture_default_str();
+  app.add_option("--lora-name", lora_name, "dynamo-router: the LoRA adapter mixed into the salt");
+  app.add_option("--cache-namespace", cache_namespace,
+                 "dynamo-router: the cache namespace mixed into the salt");
   app.add_option("--query", query, "token ids: print each worker's overlap and exit");
   app.add_option("--wait-ms", wait_ms, "--query: how long to collect events first")
       ->capture_default_str();
@@ -93,6 +108,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvpool-router-demo: --page-size must be > 0\n");
     return 2;
   }
+  const auto parsed_scheme = parse_hash_scheme(scheme_name);
+  if (!parsed_scheme) {
+    std::fprintf(stderr, "kvpool-router-demo: --hash-scheme must be dynamo-0.2 or dynamo-router\n");
+    return 2;
+  }
+  const HashScheme scheme = *parsed_scheme;
+  if (scheme == HashScheme::kDynamoRouter && app.count("--salt") == 0)
+    salt = dynamo_router_salt(cache_namespace, lora_name);
 
   State st;
   auto link = NatsLink::connect(nats);
@@ -101,8 +124,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   NatsLink& nc = **link;
-  const std::string subject = kv_events_subject(ns, component);
-  const std::string resync_subj = resync_subject(ns, component);
+  const std::string subject = kv_events_subject(ns, component, topic);
+  const std::string resync_subj = resync_subject(ns, component, topic);
   Status sub = nc.subscribe(subject, [&st](std::string_view data) {
     auto e = parse_router_event(data);
     std::lock_guard lock(st.mu);
@@ -139,7 +162,7 @@ int main(int argc, char** argv) {
   };
 
   if (!query.empty()) {
-    auto hashes = hashes_of(query, page_size, salt);
+    auto hashes = hashes_of(query, page_size, salt, scheme);
     if (!hashes) {
       std::fprintf(stderr, "kvpool-router-demo: %s\n", hashes.status().to_string().c_str());
       return finish(2);
@@ -161,7 +184,7 @@ int main(int argc, char** argv) {
     if (cmd == "overlap") {
       std::vector<Token> tokens;
       for (Token t; in >> t;) tokens.push_back(t);
-      auto hashes = hashes_of(tokens, page_size, salt);
+      auto hashes = hashes_of(tokens, page_size, salt, scheme);
       out =
           hashes ? overlap_json(st, *hashes) : nlohmann::json{{"error", hashes.status().message()}};
     } else if (cmd == "size") {

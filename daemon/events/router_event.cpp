@@ -13,12 +13,37 @@ void append_int(std::string& out, Int v) {
   out.append(buf, r.ptr);
 }
 
-void append_head(std::string& out, int64_t worker_id, uint64_t event_id) {
+// Names and values of ours are plain ASCII identifiers (checked where they are configured):
+// no escaping needed.
+void append_string_field(std::string& out, std::string_view name, std::string_view value) {
+  if (value.empty()) return;
+  out += ",\"";
+  out += name;
+  out += "\":\"";
+  out += value;
+  out += '"';
+}
+
+void append_head(std::string& out, const EventSource& src, uint64_t event_id) {
   out += "{\"worker_id\":";
-  append_int(out, worker_id);
+  append_int(out, src.worker_id);
+  append_string_field(out, "storage_tier", src.storage_tier);
+  append_string_field(out, "residency_domain", src.residency_domain);
   out += ",\"event\":{\"event_id\":";
   append_int(out, event_id);
+  if (src.dp_rank) {
+    out += ",\"dp_rank\":";
+    append_int(out, *src.dp_rank);
+  }
   out += ",\"data\":";
+}
+
+// After the event object: Dynamo keeps state_source last (see protocols.rs).
+void append_tail(std::string& out, const EventSource& src) {
+  out += '}';
+  append_string_field(out, "state_source", src.state_source);
+  append_string_field(out, "hash_scheme", src.hash_scheme);
+  out += '}';
 }
 
 Status bad(const std::string& what) {
@@ -27,17 +52,20 @@ Status bad(const std::string& what) {
 
 }  // namespace
 
-std::string kv_events_subject(std::string_view ns, std::string_view component) {
-  return "namespace." + std::string(ns) + ".component." + std::string(component) + ".kv_events";
+std::string kv_events_subject(std::string_view ns, std::string_view component,
+                              std::string_view topic) {
+  return "namespace." + std::string(ns) + ".component." + std::string(component) + "." +
+         std::string(topic);
 }
 
-std::string resync_subject(std::string_view ns, std::string_view component) {
-  return kv_events_subject(ns, component) + ".resync";
+std::string resync_subject(std::string_view ns, std::string_view component,
+                           std::string_view topic) {
+  return kv_events_subject(ns, component, topic) + ".resync";
 }
 
-void append_stored_json(std::string& out, int64_t worker_id, uint64_t event_id,
+void append_stored_json(std::string& out, const EventSource& src, uint64_t event_id,
                         std::optional<uint64_t> parent_hash, std::span<const StoredHashes> blocks) {
-  append_head(out, worker_id, event_id);
+  append_head(out, src, event_id);
   out += "{\"stored\":{\"parent_hash\":";
   if (parent_hash) {
     append_int(out, *parent_hash);
@@ -53,23 +81,26 @@ void append_stored_json(std::string& out, int64_t worker_id, uint64_t event_id,
     append_int(out, blocks[i].tokens_hash);
     out += '}';
   }
-  out += "]}}}}";
+  out += "]}}";
+  append_tail(out, src);
 }
 
-void append_removed_json(std::string& out, int64_t worker_id, uint64_t event_id,
+void append_removed_json(std::string& out, const EventSource& src, uint64_t event_id,
                          std::span<const uint64_t> block_hashes) {
-  append_head(out, worker_id, event_id);
+  append_head(out, src, event_id);
   out += "{\"removed\":{\"block_hashes\":[";
   for (size_t i = 0; i < block_hashes.size(); ++i) {
     if (i) out += ',';
     append_int(out, block_hashes[i]);
   }
-  out += "]}}}}";
+  out += "]}}";
+  append_tail(out, src);
 }
 
-void append_cleared_json(std::string& out, int64_t worker_id, uint64_t event_id) {
-  append_head(out, worker_id, event_id);
-  out += "\"cleared\"}}";
+void append_cleared_json(std::string& out, const EventSource& src, uint64_t event_id) {
+  append_head(out, src, event_id);
+  out += "\"cleared\"";
+  append_tail(out, src);
 }
 
 Result<RouterEvent> parse_router_event(std::string_view text) {
@@ -81,12 +112,26 @@ Result<RouterEvent> parse_router_event(std::string_view text) {
   auto w = j.find("worker_id");
   if (w == j.end() || !w->is_number_integer()) return bad("worker_id missing or not an integer");
   e.worker_id = w->get<int64_t>();
+  for (auto [name, field] : {std::pair<const char*, std::string*>{"storage_tier", &e.storage_tier},
+                             {"residency_domain", &e.residency_domain},
+                             {"state_source", &e.state_source},
+                             {"hash_scheme", &e.hash_scheme}}) {
+    auto f = j.find(name);
+    if (f == j.end() || f->is_null()) continue;
+    if (!f->is_string()) return bad(std::string(name) + " is not a string");
+    *field = f->get<std::string>();
+  }
   auto ev = j.find("event");
   if (ev == j.end() || !ev->is_object()) return bad("event missing or not an object");
   auto id = ev->find("event_id");
   if (id == ev->end() || !id->is_number_unsigned())
     return bad("event.event_id missing or not unsigned");
   e.event_id = id->get<uint64_t>();
+  if (auto dp = ev->find("dp_rank"); dp != ev->end()) {
+    if (!dp->is_number_unsigned() || dp->get<uint64_t>() > UINT32_MAX)
+      return bad("event.dp_rank is not a u32");
+    e.dp_rank = dp->get<uint32_t>();
+  }
   auto data = ev->find("data");
   if (data == ev->end()) return bad("event.data missing");
   if (data->is_string()) {

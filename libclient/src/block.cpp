@@ -6,7 +6,12 @@ namespace kvpool {
 
 MutableBlock::MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool, uint32_t id,
                            uint32_t gen, uint32_t page_size)
-    : client_(std::move(c)), pool_(pool), id_(id), generation_(gen), state_(page_size) {}
+    : client_(c),
+      pool_(pool),
+      id_(id),
+      generation_(gen),
+      // commit() hashes with the pool's scheme (PoolInfo::hash_scheme).
+      state_(page_size, c->conn->pools()[pool].hash_scheme()) {}
 
 MutableBlock::MutableBlock(MutableBlock&& o) noexcept
     : client_(std::move(o.client_)),

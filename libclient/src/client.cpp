@@ -23,6 +23,20 @@ const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_]
 
 DType Pool::dtype() const { return dtype_from_shm(client_->conn->pools()[index_].info.dtype); }
 
+HashScheme Pool::hash_scheme() const { return client_->conn->pools()[index_].hash_scheme(); }
+
+Status Pool::check_hash_scheme(HashScheme worker_scheme) const {
+  const HashScheme pool_scheme = hash_scheme();
+  if (pool_scheme == worker_scheme) return Status::ok();
+  return Status(ErrorCode::kVersionMismatch,
+                "pool '" + name() + "' hashes with scheme '" +
+                    std::string(hash_scheme_name(pool_scheme)) + "' (" +
+                    std::to_string(static_cast<uint32_t>(pool_scheme)) + "), this worker with '" +
+                    std::string(hash_scheme_name(worker_scheme)) +
+                    "': its hashes would never match the pool's; use the pool's scheme "
+                    "(Pool::hash_scheme()) or set \"hash_scheme\" in kvpoold's config");
+}
+
 Pool::Storage Pool::storage() const {
   return client_->conn->pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
 }

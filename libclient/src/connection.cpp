@@ -191,6 +191,13 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
           ErrorCode::kVersionMismatch,
           "pool " + std::to_string(i) + " has storage kind " + std::to_string(infos[i].storage) +
               ", unknown to this libkvpool; rebuild the worker against a matching libkvpool");
+    // A scheme this build cannot compute: every hash it made would silently never match.
+    if (infos[i].hash_scheme > kMaxHashScheme)
+      return Status(ErrorCode::kVersionMismatch,
+                    "pool " + std::to_string(i) + " hashes with scheme " +
+                        std::to_string(infos[i].hash_scheme) +
+                        ", unknown to this libkvpool; rebuild the worker against a matching "
+                        "libkvpool");
     pool_fds += usable(i) && proto::welcome_carries_fd(kind) ? 1 : 0;
   }
   if (fds->size() != 3 + pool_fds)

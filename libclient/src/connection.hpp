@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kvpool/core/hash.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -53,6 +54,8 @@ struct PoolView {
   // Device pools: the daemon's CUDA slab, opened in this process on first use.
   std::shared_ptr<DeviceView> device;
 
+  // A scheme this build does not know reads as such (hash_scheme_name says "unknown").
+  HashScheme hash_scheme() const { return static_cast<HashScheme>(info.hash_scheme); }
   bool is_device() const { return info.storage == static_cast<uint32_t>(shm::StorageKind::kCuda); }
 };
 

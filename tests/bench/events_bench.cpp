@@ -1,8 +1,12 @@
 // KV events end to end: blocks registered (and then evicted) through kvpoold, through its
 // event ring, kvpool-events, a real nats-server, into a router's index (kvpool-router-demo's
-// code: NatsLink + parse_router_event + RouterIndex, in this process so the clock is one).
+// code: NatsLink + parse_router_event + RouterIndex, in this process so the clock is one);
+// and, in the same run from the same ring, kvpool-events --format vllm -> ZMQ PUB -> a SUB
+// socket in this process that decodes the msgpack KVEventBatches into a hash set (what a
+// vLLM-format indexer does).
 //   ./build/tests/events/kvpool_events_bench [--blocks N] [--chain K]
-// Prints block events per second for the stored and the removed phase; target >= 100k/s.
+// Prints block events per second for the stored and the removed phase of both paths;
+// target >= 100k/s, and the ZMQ path >= the NATS path.
 // Needs nats-server (apt install nats-server); starts and stops everything itself.
 #include <signal.h>
 
@@ -13,6 +17,14 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <zmq.h>
+
+#define MSGPACK_NO_BOOST
+#include <atomic>
+#include <msgpack.hpp>
+#include <thread>
+#include <unordered_set>
 
 #include "daemon/events/nats_link.hpp"
 #include "daemon/events/router_event.hpp"
@@ -40,6 +52,99 @@ struct Router {
     std::lock_guard lk(mu);
     return index.sizes().count(kWorker) != 0;
   }
+};
+
+// A vLLM-format consumer: SUB socket, msgpack decode, a set of the hashes stored now.
+class ZmqIndex {
+ public:
+  explicit ZmqIndex(const std::string& endpoint) : ctx_(zmq_ctx_new()) {
+    sub_ = zmq_socket(ctx_, ZMQ_SUB);
+    int hwm = 0;  // unbounded: the figure must not lose batches on our side
+    zmq_setsockopt(sub_, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(sub_, ZMQ_SUBSCRIBE, "", 0);
+    if (zmq_connect(sub_, endpoint.c_str()) != 0)
+      throw HarnessError("zmq_connect " + endpoint + ": " + zmq_strerror(zmq_errno()));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ZmqIndex() {
+    stop_ = true;
+    thread_.join();
+    zmq_close(sub_);
+    zmq_ctx_term(ctx_);
+  }
+  size_t total() const { return total_.load(); }
+  uint64_t batches() const { return batches_.load(); }
+  uint64_t clears() const { return clears_.load(); }
+  uint64_t gaps() const { return gaps_.load(); }
+
+ private:
+  void run() {
+    int timeout = 50;
+    zmq_setsockopt(sub_, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    std::string frames[3];
+    while (!stop_) {
+      size_t n = 0;
+      bool more = true;
+      while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sub_, 0) < 0) {
+          zmq_msg_close(&m);
+          if (n == 0) break;
+          continue;
+        }
+        if (n < 3) frames[n].assign(static_cast<char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+        ++n;
+        more = zmq_msg_more(&m) != 0;
+        zmq_msg_close(&m);
+      }
+      if (n != 3) continue;
+      uint64_t seq = 0;
+      for (char c : frames[1]) seq = (seq << 8) | static_cast<uint8_t>(c);
+      if (have_seq_ && seq != next_seq_) ++gaps_;
+      have_seq_ = true;
+      next_seq_ = seq + 1;
+      apply(frames[2]);
+    }
+  }
+  void apply(const std::string& payload) {
+    msgpack::object_handle oh = msgpack::unpack(payload.data(), payload.size());
+    const msgpack::object& batch = oh.get();
+    for (uint32_t i = 0; i < batch.via.map.size; ++i) {
+      if (batch.via.map.ptr[i].key.as<std::string>() != "events") continue;
+      const msgpack::object& evs = batch.via.map.ptr[i].val;
+      for (uint32_t j = 0; j < evs.via.array.size; ++j) {
+        const msgpack::object& e = evs.via.array.ptr[j];
+        const std::string type = e.via.map.ptr[0].val.as<std::string>();
+        if (type == "AllBlocksCleared") {
+          hashes_.clear();
+          ++clears_;
+          continue;
+        }
+        const msgpack::object& hs = e.via.map.ptr[1].val;  // block_hashes: first after the tag
+        for (uint32_t k = 0; k < hs.via.array.size; ++k) {
+          const int64_t h = hs.via.array.ptr[k].as<int64_t>();
+          if (type == "BlockStored") {
+            hashes_.insert(h);
+          } else {
+            hashes_.erase(h);
+          }
+        }
+      }
+    }
+    ++batches_;
+    total_.store(hashes_.size());
+  }
+
+  void* ctx_;
+  void* sub_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::unordered_set<int64_t> hashes_;
+  std::atomic<size_t> total_{0};
+  std::atomic<uint64_t> batches_{0}, clears_{0}, gaps_{0};
+  bool have_seq_ = false;
+  uint64_t next_seq_ = 0;
 };
 
 double seconds_since(Clock::time_point t) {
@@ -101,6 +206,20 @@ int main(int argc, char** argv) {
     // Subscribed before the forwarder starts: its start-up resync ("cleared") says it is up.
     wait_until([&] { return router.knows_worker(); }, 20s, "the forwarder's first message",
                [&] { return fwd.stderr_text(); });
+
+    // The vLLM path beside it, reading the same ring.
+    const int zmq_port = free_loopback_port();
+    const std::string zmq_ep = "tcp://127.0.0.1:" + std::to_string(zmq_port);
+    ZmqIndex zindex(zmq_ep);
+    ChildProcess zfwd;
+    auto zlog = open_log(dir + "/zmq-events.stderr");
+    zfwd.spawn(
+        {KVPOOL_EVENTS_PATH, "--format", "vllm", "--instance", daemon.instance(), "--runtime-dir",
+         daemon.runtime_dir(), "--zmq-endpoint", zmq_ep, "--log-level", "info"},
+        test_environment(), -1, -1, zlog.get());
+    // Its start-up AllBlocksCleared may go out before our subscription holds (nothing is
+    // lost for the figures: the pool is empty then); wait until it listens.
+    wait_until([&] { return accepts_tcp(zmq_port); }, 20s, "kvpool-events --format vllm to bind");
 
     ConnectOptions co;
     co.runtime_dir = daemon.runtime_dir();
@@ -180,14 +299,31 @@ int main(int argc, char** argv) {
     // ---- backlog: the events wait in the ring (forwarder stopped), then drain -------------
     // This is the event path alone (ring -> kvpool-events -> NATS -> index), without the
     // producer's own pace in the figure.
+    // Both forwarders read the same ring; each drains the same backlog alone.
+    wait_until([&] { return zindex.total() == 0 && zindex.batches() > 0; }, 60s,
+               "the ZMQ consumer to follow the live phase",
+               [&] { return std::to_string(zindex.total()) + " held"; });
     fwd.kill(SIGSTOP);
+    zfwd.kill(SIGSTOP);
     register_all(7'000'000);
+    t = Clock::now();
+    zfwd.kill(SIGCONT);
+    wait_until([&] { return zindex.total() >= blocks; }, 120s,
+               "the ZMQ consumer to hold every block",
+               [&] { return std::to_string(zindex.total()) + " of " + std::to_string(blocks); });
+    const double zmq_stored_s = seconds_since(t);
     t = Clock::now();
     fwd.kill(SIGCONT);
     router_has_all();
     const double drain_stored_s = seconds_since(t);
     fwd.kill(SIGSTOP);
+    zfwd.kill(SIGSTOP);
     evict_all();
+    t = Clock::now();
+    zfwd.kill(SIGCONT);
+    wait_until([&] { return zindex.total() == 0; }, 120s, "the ZMQ consumer to drop every block",
+               [&] { return std::to_string(zindex.total()) + " left"; });
+    const double zmq_removed_s = seconds_since(t);
     t = Clock::now();
     fwd.kill(SIGCONT);
     router_empty();
@@ -198,6 +334,17 @@ int main(int argc, char** argv) {
                 stored_rate);
     std::printf("  ring->router removed: %.3f s -> %.0f block events/s\n", drain_removed_s,
                 removed_rate);
+    const double zs = blocks / zmq_stored_s, zr = blocks / zmq_removed_s;
+    std::printf("  ring->ZMQ (vLLM msgpack) stored : %.3f s -> %.0f block events/s (%.2fx NATS)\n",
+                zmq_stored_s, zs, zs / stored_rate);
+    std::printf("  ring->ZMQ (vLLM msgpack) removed: %.3f s -> %.0f block events/s (%.2fx NATS)\n",
+                zmq_removed_s, zr, zr / removed_rate);
+    std::printf("  ZMQ consumer: %llu batches, %llu AllBlocksCleared, %llu sequence gaps\n",
+                static_cast<unsigned long long>(zindex.batches()),
+                static_cast<unsigned long long>(zindex.clears()),
+                static_cast<unsigned long long>(zindex.gaps()));
+    zfwd.kill(SIGTERM);
+    (void)zfwd.wait_exit(10s);
     std::printf(
         "  router: %llu messages, %llu parse errors; ring->router target >= 100000 block "
         "events/s: %s\n",

@@ -17,7 +17,6 @@
 extern char** environ;
 
 namespace kvpool::evtest {
-namespace {
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -60,8 +59,6 @@ shm::UniqueFd open_log(const std::string& path) {
   if (!fd) throw HarnessError("open " + path + ": " + std::strerror(errno));
   return fd;
 }
-
-}  // namespace
 
 std::string nats_server_binary() {
   for (const char* p :

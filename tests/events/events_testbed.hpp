@@ -25,6 +25,13 @@ using mptest::DaemonProcess;
 using mptest::HarnessError;
 using mptest::wait_until;
 
+std::string read_file(const std::string& path);
+// A loopback TCP port that was free when it was picked.
+int free_loopback_port();
+bool accepts_tcp(int port);
+// Truncates and opens `path` for a child's stdout or stderr.
+shm::UniqueFd open_log(const std::string& path);
+
 // The nats-server binary ("" when it is not installed).
 std::string nats_server_binary();
 

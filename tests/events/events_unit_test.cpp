@@ -14,6 +14,7 @@
 #include "daemon/events/message_builder.hpp"
 #include "daemon/events/router_event.hpp"
 #include "daemon/events/router_index.hpp"
+#include "ring_records.hpp"
 
 namespace kvpool::events {
 namespace {
@@ -39,8 +40,10 @@ TEST(RouterEventJson, StoredRemovedClearedAreDynamosFormatByteForByte) {
   s.clear();
   append_cleared_json(s, 7, 6);
   EXPECT_EQ(s, R"({"worker_id":7,"event":{"event_id":6,"data":"cleared"}})");
-  EXPECT_EQ(kv_events_subject("dynamo", "backend"), "namespace.dynamo.component.backend.kv_events");
-  EXPECT_EQ(resync_subject("ns", "c"), "namespace.ns.component.c.kv_events.resync");
+  EXPECT_EQ(kv_events_subject("dynamo", "backend"), "namespace.dynamo.component.backend.kv-events");
+  EXPECT_EQ(kv_events_subject("dynamo", "backend", kLegacyTopic),
+            "namespace.dynamo.component.backend.kv_events");
+  EXPECT_EQ(resync_subject("ns", "c"), "namespace.ns.component.c.kv-events.resync");
 }
 
 TEST(RouterEventJson, ParseRoundTripsAndRejectsOtherShapes) {
@@ -93,47 +96,6 @@ struct Captured {
       return accept;
     };
   }
-};
-
-// Ring records as the daemon's publisher writes them.
-class Records {
- public:
-  std::vector<shm::EventRecord> stored(
-      uint32_t pool, std::vector<std::tuple<uint64_t, uint64_t, std::optional<uint64_t>>> blocks) {
-    std::vector<shm::EventRecord> out;
-    const uint64_t first = next_;
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      shm::EventRecord r{};
-      r.event_id = next_++;
-      auto [seq, block, parent] = blocks[i];
-      r.payload.type = static_cast<uint8_t>(shm::EventType::kStored);
-      r.payload.pool = static_cast<uint16_t>(pool);
-      r.payload.sequence_hash = seq;
-      r.payload.block_hash = block;
-      r.payload.parent_hash = parent.value_or(0);
-      r.payload.flags = parent ? shm::kEventHasParent : 0;
-      if (i == 0) r.payload.flags |= shm::kEventBatchFirst;
-      if (i + 1 == blocks.size()) r.payload.flags |= shm::kEventBatchLast;
-      r.payload.batch_id = first;
-      r.payload.batch_size = static_cast<uint32_t>(blocks.size());
-      out.push_back(r);
-    }
-    return out;
-  }
-  shm::EventRecord single(shm::EventType type, uint32_t pool, uint64_t seq = 0) {
-    shm::EventRecord r{};
-    r.event_id = next_++;
-    r.payload.type = static_cast<uint8_t>(type);
-    r.payload.pool = static_cast<uint16_t>(pool);
-    r.payload.sequence_hash = seq;
-    r.payload.flags = shm::kEventBatchFirst | shm::kEventBatchLast;
-    r.payload.batch_id = r.event_id;
-    r.payload.batch_size = 1;
-    return r;
-  }
-
- private:
-  uint64_t next_ = 1;
 };
 
 void feed(MessageBuilder& b, const std::vector<shm::EventRecord>& records) {
@@ -356,24 +318,139 @@ TEST(MessageBuilder, ARouterFedByItsMessagesAlwaysKnowsExactlyWhatThePoolsHold) 
   }
 }
 
+RouterEvent event(int64_t worker, uint64_t id, RouterEvent::Kind kind,
+                  std::vector<StoredHashes> blocks = {}, std::vector<uint64_t> removed = {}) {
+  RouterEvent e;
+  e.worker_id = worker;
+  e.event_id = id;
+  e.kind = kind;
+  e.blocks = std::move(blocks);
+  e.block_hashes = std::move(removed);
+  return e;
+}
+
 TEST(RouterIndex, OverlapIsTheLeadingRunPerWorker) {
   RouterIndex idx;
-  RouterEvent s{1, 1, RouterEvent::Kind::kStored, std::nullopt, {{10, 0}, {11, 0}, {12, 0}}, {}};
+  RouterEvent s = event(1, 1, RouterEvent::Kind::kStored, {{10, 0}, {11, 0}, {12, 0}});
   idx.apply(s);
-  RouterEvent s2{2, 1, RouterEvent::Kind::kStored, std::nullopt, {{10, 0}, {12, 0}}, {}};
+  RouterEvent s2 = event(2, 1, RouterEvent::Kind::kStored, {{10, 0}, {12, 0}});
   idx.apply(s2);
   std::vector<uint64_t> q = {10, 11, 12, 13};
   auto o = idx.overlaps(q);
   EXPECT_EQ(o[1], 3u);
   EXPECT_EQ(o[2], 1u);  // 12 without 11 is no prefix
-  RouterEvent r{1, 2, RouterEvent::Kind::kRemoved, std::nullopt, {}, {11}};
+  RouterEvent r = event(1, 2, RouterEvent::Kind::kRemoved, {}, {11});
   idx.apply(r);
   EXPECT_EQ(idx.overlaps(q)[1], 1u);
-  RouterEvent c{2, 2, RouterEvent::Kind::kCleared, std::nullopt, {}, {}};
+  RouterEvent c = event(2, 2, RouterEvent::Kind::kCleared);
   idx.apply(c);
   EXPECT_EQ(idx.overlaps(q)[2], 0u);
   EXPECT_EQ(idx.sizes()[2], 0u);
   EXPECT_EQ(idx.total_blocks(), 2u);
+}
+
+// ---- today's envelope: storage tier, residency, dp_rank, state source, hash scheme ------
+
+TEST(RouterEventJson, TodaysEnvelopeCarriesDynamosNewFields) {
+  std::string s;
+  EventSource src(7);
+  src.dp_rank = 2;
+  src.storage_tier = kTierHostPinned;
+  src.residency_domain = kDomainCacheOwner;
+  src.state_source = "kvpool.host1.default";
+  src.hash_scheme = "dynamo-0.2";
+  std::vector<StoredHashes> blocks = {{11, 21}};
+  append_stored_json(s, src, 3, 5, blocks);
+  EXPECT_EQ(s, R"({"worker_id":7,"storage_tier":"host_pinned","residency_domain":"cache_owner",)"
+               R"("event":{"event_id":3,"dp_rank":2,"data":{"stored":{"parent_hash":5,)"
+               R"("blocks":[{"block_hash":11,"tokens_hash":21}]}}},)"
+               R"("state_source":"kvpool.host1.default","hash_scheme":"dynamo-0.2"})");
+  auto e = parse_router_event(s);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  EXPECT_EQ(e->storage_tier, "host_pinned");
+  EXPECT_EQ(e->residency_domain, "cache_owner");
+  EXPECT_EQ(e->state_source, "kvpool.host1.default");
+  EXPECT_EQ(e->hash_scheme, "dynamo-0.2");
+  EXPECT_EQ(e->dp_rank, std::optional<uint32_t>(2));
+  s.clear();
+  append_cleared_json(s, src, 4);
+  EXPECT_EQ(s, R"({"worker_id":7,"storage_tier":"host_pinned","residency_domain":"cache_owner",)"
+               R"("event":{"event_id":4,"dp_rank":2,"data":"cleared"},)"
+               R"("state_source":"kvpool.host1.default","hash_scheme":"dynamo-0.2"})");
+  // Valid JSON as a whole, whichever form.
+  EXPECT_TRUE(nlohmann::json::accept(s));
+}
+
+TEST(MessageBuilder, HostPoolsSpeakAsTheCacheOwnerDevicePoolsAsTheWorker) {
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  RouterIdentity id;
+  id.worker_id = 5;
+  id.dp_rank = 1;
+  id.state_source = "kvpool.h.default";
+  b.set_identity(id);
+  b.set_pools(
+      {{"g2", false, 16, HashScheme::kDynamo02}, {"g1", true, 16, HashScheme::kDynamoRouter}});
+  Records rec;
+  // The same chain in the host pool, then in the device pool: one stored message per tier.
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}, {101, 2, 100}}));
+  feed(b, rec.stored(1, {{100, 1, std::nullopt}, {101, 2, 100}}));
+  ASSERT_EQ(cap.events.size(), 2u);
+  EXPECT_EQ(cap.events[0].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[0].residency_domain, "cache_owner");
+  EXPECT_EQ(cap.events[0].state_source, "kvpool.h.default");
+  EXPECT_EQ(cap.events[0].hash_scheme, "dynamo-0.2");
+  EXPECT_EQ(cap.events[1].storage_tier, "device");
+  EXPECT_EQ(cap.events[1].residency_domain, "worker");
+  EXPECT_EQ(cap.events[1].state_source, "");  // a worker's own cache has no state source
+  EXPECT_EQ(cap.events[1].hash_scheme, "dynamo-router");
+  EXPECT_EQ(cap.events[1].dp_rank, std::optional<uint32_t>(1));
+  // The device pool drops 101: removed from the device tier only.
+  b.add(rec.single(shm::EventType::kRemoved, 1, 101));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 3u);
+  EXPECT_EQ(cap.events[2].kind, RouterEvent::Kind::kRemoved);
+  EXPECT_EQ(cap.events[2].storage_tier, "device");
+  EXPECT_EQ(cap.events[2].block_hashes, (std::vector<uint64_t>{101}));
+  // A resync clears both residency domains, then stores each tier's chains.
+  b.resync(std::vector<RegisteredBlock>{{100, 1, 0, 0, false}, {100, 1, 0, 1, false}});
+  ASSERT_EQ(cap.events.size(), 7u);
+  EXPECT_EQ(cap.events[3].kind, RouterEvent::Kind::kCleared);
+  EXPECT_EQ(cap.events[3].residency_domain, "cache_owner");
+  EXPECT_EQ(cap.events[4].kind, RouterEvent::Kind::kCleared);
+  EXPECT_EQ(cap.events[4].residency_domain, "worker");
+  EXPECT_EQ(cap.events[5].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[6].storage_tier, "device");
+}
+
+TEST(MessageBuilder, TheLegacyEnvelopeKeepsEveryPoolOneCache) {
+  // No tier in Dynamo 0.2.1's envelope: a hash in a host and a device pool is one block to
+  // that router, stored once and removed only when the last pool drops it.
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  b.set_pools({{"g2", false, 16, HashScheme::kDynamo02}, {"g1", true, 16, HashScheme::kDynamo02}});
+  Records rec;
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}}));
+  feed(b, rec.stored(1, {{100, 1, std::nullopt}}));
+  b.add(rec.single(shm::EventType::kRemoved, 1, 100));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 1u);
+  EXPECT_EQ(cap.events[0].kind, RouterEvent::Kind::kStored);
+  b.add(rec.single(shm::EventType::kRemoved, 0, 100));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 2u);
+  EXPECT_EQ(cap.events[1].kind, RouterEvent::Kind::kRemoved);
+}
+
+TEST(MessageBuilder, WithoutAnIdentityTheEnvelopeIsDynamo021s) {
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  b.set_pools({{"g2", false, 16, HashScheme::kDynamo02}});
+  Records rec;
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}}));
+  ASSERT_EQ(cap.raw.size(), 1u);
+  EXPECT_EQ(cap.raw[0], R"({"worker_id":5,"event":{"event_id":1,"data":{"stored":{)"
+                        R"("parent_hash":null,"blocks":[{"block_hash":100,"tokens_hash":1}]}}}})");
 }
 
 }  // namespace

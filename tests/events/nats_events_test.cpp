@@ -15,7 +15,7 @@
 namespace kvpool::evtest {
 namespace {
 
-constexpr Salt kSalt = 0;
+constexpr Salt kSalt = kDynamoSeed;  // what Dynamo's router hashes with
 constexpr uint32_t kPage = 4;
 constexpr uint32_t kBlocks = 64;
 constexpr int64_t kWorkerA = 101;
@@ -249,14 +249,27 @@ std::set<std::string> keys(const nlohmann::json& j) {
 }
 
 // The envelope every message has: {"worker_id": int, "event": {"event_id": uint, "data": ...}}.
+// Today's RouterEvent (Dynamo's kv-router protocols.rs) from a host pool: storage tier,
+// residency as the host's shared cache with its stable state source, dp_rank, and kvpool's
+// hash scheme.
 const nlohmann::json& data_of(const nlohmann::json& m, int64_t worker, uint64_t* event_id) {
   EXPECT_TRUE(m.is_object()) << m.dump();
-  EXPECT_EQ(keys(m), (std::set<std::string>{"worker_id", "event"})) << m.dump();
+  EXPECT_EQ(keys(m), (std::set<std::string>{"worker_id", "storage_tier", "residency_domain",
+                                            "event", "state_source", "hash_scheme"}))
+      << m.dump();
   EXPECT_TRUE(m["worker_id"].is_number_integer()) << m.dump();
   EXPECT_EQ(m["worker_id"].get<int64_t>(), worker);
+  EXPECT_EQ(m["storage_tier"], "host_pinned") << m.dump();
+  EXPECT_EQ(m["residency_domain"], "cache_owner") << m.dump();
+  // The default state source: stable across restarts of kvpoold and kvpool-events.
+  EXPECT_TRUE(m["state_source"].is_string() &&
+              m["state_source"].get<std::string>().rfind("kvpool.", 0) == 0)
+      << m.dump();
+  EXPECT_EQ(m["hash_scheme"], "dynamo-0.2") << m.dump();
   const auto& ev = m["event"];
   EXPECT_TRUE(ev.is_object());
-  EXPECT_EQ(keys(ev), (std::set<std::string>{"event_id", "data"})) << m.dump();
+  EXPECT_EQ(keys(ev), (std::set<std::string>{"event_id", "dp_rank", "data"})) << m.dump();
+  EXPECT_EQ(ev["dp_rank"], 0) << m.dump();
   EXPECT_TRUE(ev["event_id"].is_number_unsigned()) << m.dump();
   *event_id = ev["event_id"].get<uint64_t>();
   return ev["data"];
@@ -268,8 +281,9 @@ TEST_F(NatsEvents, MessagesAreDynamosRouterEventsFieldForField) {
   ASSERT_EQ(natsConnection_ConnectTo(&nc, nats_->url().c_str()), NATS_OK);
   Inbox inbox;
   natsSubscription* sub = nullptr;
+  // Dynamo's subject today: ...kv-events (kv_events with --topic kv_events, Dynamo 0.2.1's).
   const std::string subject =
-      "namespace." + subject_.ns + ".component." + subject_.component + ".kv_events";
+      "namespace." + subject_.ns + ".component." + subject_.component + ".kv-events";
   ASSERT_EQ(natsConnection_Subscribe(&sub, nc, subject.c_str(), &Inbox::on_msg, &inbox), NATS_OK);
   ASSERT_EQ(natsConnection_FlushTimeout(nc, 5000), NATS_OK);
 

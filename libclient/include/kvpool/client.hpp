@@ -92,6 +92,13 @@ class Pool {
   // The element type the config named ("dtype"); kUnspecified when it gave dtype_bytes alone.
   DType dtype() const;
   uint32_t index() const { return index_; }
+  // How this pool's blocks are hashed (kvpoold's "hash_scheme"; see kvpool/core/hash.hpp).
+  // MutableBlock::commit uses it; hash sequences with it too:
+  // TokenBlockSequence::create(tokens, pool.page_size(), salt, pool.hash_scheme()).
+  HashScheme hash_scheme() const;
+  // kVersionMismatch, naming both schemes, unless the pool hashes with `worker_scheme`:
+  // for a worker built for one scheme, to refuse a pool whose hashes would never match.
+  Status check_hash_scheme(HashScheme worker_scheme) const;
 
   // Where the blocks live (the daemon's "storage"): kHost, shared memory mapped in this
   // process; kCuda, one GPU's memory, reached through CUDA IPC. Block addresses of a kCuda

@@ -37,7 +37,8 @@ std::string_view block_state_name(BlockStateKind kind) {
   return "Unknown";
 }
 
-BlockState::BlockState(uint32_t page_size) : page_size_(page_size) {}
+BlockState::BlockState(uint32_t page_size, HashScheme scheme)
+    : page_size_(page_size), scheme_(scheme) {}
 
 Status BlockState::require(BlockStateKind want, std::string_view op) const {
   if (kind_ == want) return Status::ok();
@@ -123,7 +124,7 @@ Status BlockState::commit() {
                       " (add " + std::to_string(page_size_ - tokens_.size()) + " more)");
   }
   block_hash_ = compute_block_hash(tokens_, salt_);
-  sequence_hash_ = compute_sequence_hash(parent_, block_hash_, salt_);
+  sequence_hash_ = compute_sequence_hash(parent_, block_hash_, salt_, scheme_);
   kind_ = BlockStateKind::kComplete;
   return Status::ok();
 }

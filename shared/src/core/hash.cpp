@@ -45,10 +45,38 @@ BlockHash compute_block_hash(std::span<const Token> tokens, Salt salt) {
 }
 
 SequenceHash compute_sequence_hash(std::optional<SequenceHash> parent, BlockHash block_hash,
-                                   Salt salt) {
+                                   Salt salt, HashScheme scheme) {
   if (!parent) return block_hash;
   const std::array<uint64_t, 2> words{to_le(*parent), to_le(block_hash)};
-  return XXH3_64bits_withSeed(words.data(), sizeof(words), salt);
+  // dynamo-router chains with its fixed seed; the salt only seeds the blocks.
+  const Salt chain_seed = scheme == HashScheme::kDynamoRouter ? kDynamoSeed : salt;
+  return XXH3_64bits_withSeed(words.data(), sizeof(words), chain_seed);
+}
+
+std::string_view hash_scheme_name(HashScheme scheme) {
+  switch (scheme) {
+    case HashScheme::kDynamo02:
+      return "dynamo-0.2";
+    case HashScheme::kDynamoRouter:
+      return "dynamo-router";
+  }
+  return "unknown";
+}
+
+std::optional<HashScheme> parse_hash_scheme(std::string_view name) {
+  if (name == "dynamo-0.2") return HashScheme::kDynamo02;
+  if (name == "dynamo-router") return HashScheme::kDynamoRouter;
+  return std::nullopt;
+}
+
+Salt dynamo_router_salt(std::string_view cache_namespace, std::string_view lora_name) {
+  // Dynamo's kv-hashing compute_salt_hash: LoRA with inner seed 0, namespace with inner seed
+  // 1 (so a namespace never collides with a LoRA of the same bytes), added with wrap-around.
+  Salt seed = kDynamoSeed;
+  if (!lora_name.empty()) seed += XXH3_64bits_withSeed(lora_name.data(), lora_name.size(), 0);
+  if (!cache_namespace.empty())
+    seed += XXH3_64bits_withSeed(cache_namespace.data(), cache_namespace.size(), 1);
+  return seed;
 }
 
 }  // namespace kvpool

@@ -7,13 +7,14 @@
 namespace kvpool {
 
 Result<TokenBlockSequence> TokenBlockSequence::create(std::span<const Token> tokens,
-                                                      uint32_t page_size, Salt salt) {
+                                                      uint32_t page_size, Salt salt,
+                                                      HashScheme scheme) {
   if (page_size == 0) {
     return Result<TokenBlockSequence>(ErrorCode::kInvalidArgument,
                                       "page_size must be > 0 (got 0): a block holds page_size "
                                       "tokens");
   }
-  TokenBlockSequence seq(page_size, salt);
+  TokenBlockSequence seq(page_size, salt, scheme);
   seq.extend(tokens);
   return seq;
 }
@@ -23,7 +24,8 @@ void TokenBlockSequence::push_block(std::span<const Token> tokens) {
   block.tokens.assign(tokens.begin(), tokens.end());
   block.block_hash = compute_block_hash(tokens, salt_);
   block.parent_sequence_hash = last_sequence_hash();
-  block.sequence_hash = compute_sequence_hash(block.parent_sequence_hash, block.block_hash, salt_);
+  block.sequence_hash =
+      compute_sequence_hash(block.parent_sequence_hash, block.block_hash, salt_, scheme_);
   blocks_.push_back(std::move(block));
 }
 

@@ -27,7 +27,8 @@ std::string_view block_state_name(BlockStateKind kind);
 
 class BlockState {
  public:
-  explicit BlockState(uint32_t page_size);
+  // `scheme`: how commit() hashes (the pool's hash scheme; kept across reset()).
+  explicit BlockState(uint32_t page_size, HashScheme scheme = HashScheme::kDynamo02);
 
   // Reset -> Partial. `parent` is the sequence hash of the previous block of the sequence,
   // none for the first block; commit() chains to it.
@@ -60,6 +61,7 @@ class BlockState {
   std::span<const Token> tokens() const { return tokens_; }
   uint32_t page_size() const { return page_size_; }
   Salt salt() const { return salt_; }
+  HashScheme hash_scheme() const { return scheme_; }
   std::optional<SequenceHash> parent_sequence_hash() const { return parent_; }
 
   // Complete or Registered only, else InvalidState.
@@ -74,6 +76,7 @@ class BlockState {
   Status require_hashed(std::string_view op) const;
 
   uint32_t page_size_;
+  HashScheme scheme_;
   BlockStateKind kind_ = BlockStateKind::kReset;
   Salt salt_ = 0;
   std::optional<SequenceHash> parent_;

@@ -27,8 +27,9 @@ struct TokenBlock {
 class TokenBlockSequence {
  public:
   // Splits `tokens` into full blocks plus a partial tail. page_size 0 is InvalidArgument.
+  // `scheme` must be the pool's (Pool::hash_scheme()) for the hashes to match its blocks.
   static Result<TokenBlockSequence> create(std::span<const Token> tokens, uint32_t page_size,
-                                           Salt salt);
+                                           Salt salt, HashScheme scheme = HashScheme::kDynamo02);
 
   // Full blocks, oldest first.
   const std::vector<TokenBlock>& blocks() const { return blocks_; }
@@ -48,15 +49,18 @@ class TokenBlockSequence {
   size_t total_tokens() const { return blocks_.size() * page_size_ + tail_.size(); }
   uint32_t page_size() const { return page_size_; }
   Salt salt() const { return salt_; }
+  HashScheme hash_scheme() const { return scheme_; }
 
  private:
-  TokenBlockSequence(uint32_t page_size, Salt salt) : page_size_(page_size), salt_(salt) {}
+  TokenBlockSequence(uint32_t page_size, Salt salt, HashScheme scheme)
+      : page_size_(page_size), salt_(salt), scheme_(scheme) {}
 
   // Seals `tokens` (exactly page_size of them) as the next full block.
   void push_block(std::span<const Token> tokens);
 
   uint32_t page_size_;
   Salt salt_;
+  HashScheme scheme_;
   std::vector<TokenBlock> blocks_;
   std::vector<Token> tail_;
 };

@@ -154,14 +154,16 @@ struct PoolInfo {
   uint64_t arena_bytes;
   uint8_t device_uuid[16];  // CUDA device UUID (device pools)
   uint8_t ipc_handle[64];   // cudaIpcMemHandle_t (device pools)
-  uint32_t dtype;           // kvpool::DType (layout 1.4; 0, unspecified, before)
-  uint8_t reserved[36];
+  uint32_t dtype;           // kvpool::DType (0: unspecified)
+  uint32_t hash_scheme;     // kvpool::HashScheme of the pool's hashes (core/hash.hpp)
+  uint8_t reserved[32];
 };
 static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
 static_assert(offsetof(PoolInfo, layout) == 128);
 static_assert(offsetof(PoolInfo, data_bytes) == 168);
 static_assert(offsetof(PoolInfo, ipc_handle) == 208);
 static_assert(offsetof(PoolInfo, dtype) == 272);
+static_assert(offsetof(PoolInfo, hash_scheme) == 276);
 static_assert(sizeof(PoolInfo) == 312);
 
 // Head of a client's own segment. The lease mutex is locked by the client's lease thread

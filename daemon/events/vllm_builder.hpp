@@ -1,0 +1,82 @@
+// Turns event-ring records into vLLM KVEventBatches (vllm_event.hpp), the vLLM-format
+// forwarder's whole translation, with no ZMQ in it (unit-tested alone):
+//
+// - Stored: one BlockStored per register call (a ring batch), split where its blocks stop
+//   forming one chain (parent_block_hash is the chain's parent), medium of the pool.
+// - Removed: consecutive removals of one pool go out as one BlockRemoved.
+// - A pool's Cleared record: vLLM's only clear is AllBlocksCleared (every medium), so the
+//   builder asks for a resync (in_sync() false) and the forwarder sends AllBlocksCleared and
+//   the whole registry again.
+// - Pools are not merged: a hash held by a host and a device pool is stored twice, once per
+//   medium, as vLLM reports its tiers.
+// - A batch goes out when the ring runs dry (flush()), when it holds kMaxEventsPerBatch
+//   events, and before an event from a pool of another hash scheme (a batch names one).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/events/message_builder.hpp"
+#include "daemon/events/pool_meta.hpp"
+#include "daemon/events/vllm_event.hpp"
+#include "kvpool/shm/event_ring.hpp"
+
+namespace kvpool::events {
+
+struct VllmBuilderStats {
+  uint64_t records = 0;
+  uint64_t batches = 0;
+  uint64_t stored_blocks = 0;
+  uint64_t removed_blocks = 0;
+  uint64_t cleared = 0;
+};
+
+class VllmBatchBuilder {
+ public:
+  static constexpr size_t kMaxEventsPerBatch = 256;
+  static constexpr size_t kMaxHashesPerEvent = 512;
+  // Called with each encoded KVEventBatch. Returns false when it could not be sent.
+  using Sink = std::function<bool(std::string_view payload)>;
+
+  VllmBatchBuilder(VllmEncoding encoding, int64_t dp_rank, Sink sink)
+      : encoding_(encoding), dp_rank_(dp_rank), sink_(std::move(sink)) {}
+
+  // The daemon's pools (index = the ring's pool field). Call on every attach.
+  void set_pools(std::vector<PoolMeta> pools) { pools_ = std::move(pools); }
+
+  // Feeds the next ring record (in event id order, without gaps; after a gap call resync()).
+  void add(const shm::EventRecord& record);
+  // Sends the batch being built (call when the ring has nothing more for now).
+  void flush();
+  // Drops what is pending, sends AllBlocksCleared, then `blocks` as BlockStored chains.
+  void resync(std::span<const RegisteredBlock> blocks);
+
+  // False once a batch could not be sent, or a pool was cleared, since the last resync().
+  bool in_sync() const { return in_sync_; }
+  const VllmBuilderStats& stats() const { return stats_; }
+
+ private:
+  void begin(uint32_t pool);  // flushes first when `pool` has another scheme than the batch
+  void push(VllmEvent e);
+  void stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent);
+  void close_open();
+
+  VllmEncoding encoding_;
+  int64_t dp_rank_;
+  Sink sink_;
+  std::vector<PoolMeta> pools_;
+  bool in_sync_ = true;
+  VllmBuilderStats stats_;
+  std::vector<VllmEvent> events_;  // the batch being built
+  HashScheme batch_scheme_ = HashScheme::kDynamo02;
+  // The event being filled (the back of events_), or none.
+  enum class Open { kNone, kStored, kRemoved } open_ = Open::kNone;
+  uint32_t open_pool_ = 0;
+  std::string payload_;  // reused buffer
+};
+
+}  // namespace kvpool::events

@@ -1,0 +1,57 @@
+// vLLM's KV event format (vllm/distributed/kv_events.py), which vLLM and SGLang publish, the
+// llm-d KV-cache indexer consumes and Dynamo's KvEventPublisher relays from a ZMQ endpoint:
+//
+//   KVEventBatch{ts: float, events: [...], data_parallel_rank: int}
+//   BlockStored{block_hashes: [int], parent_block_hash: int|None, token_ids: [int],
+//               block_size: int, lora_id: int|None, medium: str|None, lora_name: str|None}
+//   BlockRemoved{block_hashes: [int], medium: str|None}
+//   AllBlocksCleared{}
+//
+// msgpack as msgspec encodes those Structs: the events are tagged unions (tag field "type",
+// value the class name). Today's vLLM encodes every Struct as a map (kMap, field names as
+// keys, tag first); vLLM before the change used array_like Structs (kArray: positional, the
+// tag as the first element). Fields with a default (extra_keys, group_idx, ...) are omitted,
+// as omit_defaults does; fields without one are always there, None as nil. Hashes are the
+// sequence hashes as signed 64-bit integers, as Dynamo's Python publisher sends them.
+//
+// kvpool adds one field to the batch, "hash_scheme" (core/hash.hpp), which msgspec decoders
+// skip as an unknown field (in the array form: one trailing element); every event of a
+// batch comes from pools of that one scheme.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvpool/core/hash.hpp"
+
+namespace kvpool::events {
+
+enum class VllmEncoding { kMap, kArray };
+
+// vLLM's medium names: "GPU" (MEDIUM_GPU) for device pools, "CPU" for host pools.
+inline constexpr std::string_view kMediumGpu = "GPU";
+inline constexpr std::string_view kMediumCpu = "CPU";
+
+struct VllmEvent {
+  enum class Kind { kStored, kRemoved, kCleared };
+  Kind kind = Kind::kCleared;
+  std::vector<int64_t> block_hashes;         // kStored, kRemoved
+  std::optional<int64_t> parent_block_hash;  // kStored
+  std::vector<uint32_t> token_ids;           // kStored: empty (kvpool's ring carries no tokens)
+  uint32_t block_size = 0;                   // kStored
+  std::string_view medium;                   // kStored, kRemoved
+};
+
+// Encodes one KVEventBatch into `out` (replacing its contents).
+void encode_vllm_batch(std::string& out, VllmEncoding encoding, double ts,
+                       std::span<const VllmEvent> events, int64_t data_parallel_rank,
+                       HashScheme scheme);
+
+// A hash as vLLM-format consumers receive it: the same 64 bits, read as signed.
+inline int64_t signed_hash(uint64_t h) { return static_cast<int64_t>(h); }
+
+}  // namespace kvpool::events

@@ -1,0 +1,320 @@
+// kvpool-events --format vllm end to end: a real kvpoold, a real kvpool-events, and a
+// subscriber written as a vLLM-format consumer writes one (vllm_subscriber.py: Python,
+// python3-zmq, python3-msgpack) that decodes every batch into vLLM's event structures and
+// refuses anything vLLM's msgspec Structs would not take. This test registers and evicts
+// blocks through libkvpool and checks what the subscriber decoded: the hashes (signed
+// 64-bit), fields, medium, sequence numbers, replay, a lap of the event ring and a daemon
+// restart. Every wait is on a condition with a deadline.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "events_testbed.hpp"
+
+namespace kvpool::evtest {
+namespace {
+
+constexpr uint32_t kPage = 4;
+const char* kPython = "/usr/bin/python3";
+
+bool python_has_modules() {
+  const std::string cmd = std::string(kPython) + " -c 'import zmq, msgpack' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
+std::set<int64_t> signed_hashes(const std::vector<Token>& tokens) {
+  auto seq = TokenBlockSequence::create(tokens, kPage, kDynamoSeed);
+  std::set<int64_t> out;
+  for (uint64_t h : seq->sequence_hashes()) out.insert(static_cast<int64_t>(h));
+  return out;
+}
+
+std::vector<int64_t> signed_chain(const std::vector<Token>& tokens) {
+  auto seq = TokenBlockSequence::create(tokens, kPage, kDynamoSeed);
+  std::vector<int64_t> out;
+  for (uint64_t h : seq->sequence_hashes()) out.push_back(static_cast<int64_t>(h));
+  return out;
+}
+
+class VllmEvents : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!python_has_modules())
+      GTEST_SKIP() << "/usr/bin/python3 lacks zmq or msgpack (apt install python3-zmq "
+                      "python3-msgpack): the vLLM-format end-to-end tests are skipped";
+    char tmpl[] = "/tmp/kvpool-vllm-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    pub_ = "tcp://127.0.0.1:" + std::to_string(free_loopback_port());
+    replay_ = "tcp://127.0.0.1:" + std::to_string(free_loopback_port());
+  }
+  void TearDown() override {
+    if (sub_) {
+      sub_->kill(SIGTERM);
+      if (!sub_->wait_exit(5s)) sub_->kill_and_reap();
+    }
+    if (fwd_) fwd_->kill_and_reap();
+    daemon_.reset();
+    if (HasFailure()) {
+      std::fprintf(stderr, "kvpool-events stderr:\n%s\nsubscriber stderr:\n%s\nlogs kept in %s\n",
+                   read_file(dir_ + "/events.stderr").c_str(),
+                   read_file(dir_ + "/sub.stderr").c_str(), dir_.c_str());
+    } else if (!dir_.empty()) {
+      std::filesystem::remove_all(dir_);
+    }
+  }
+
+  void start(uint32_t blocks, uint32_t ring_slots, std::vector<std::string> extra_args = {}) {
+    daemon_ = std::make_unique<DaemonProcess>(events_config(blocks, ring_slots));
+    daemon_->start();
+    // The subscriber first: it connects before the PUB socket is bound and fills what it
+    // missed (the start's AllBlocksCleared, sent before its subscription took hold) by replay.
+    auto err = open_log(dir_ + "/sub.stderr");
+    sub_ = std::make_unique<ChildProcess>();
+    sub_->spawn({kPython, VLLM_SUBSCRIBER_PATH, "subscribe", "--endpoint", pub_, "--replay",
+                 replay_, "--out", dir_ + "/batches.jsonl"},
+                test_environment(), -1, -1, err.get());
+    auto ferr = open_log(dir_ + "/events.stderr");
+    fwd_ = std::make_unique<ChildProcess>();
+    std::vector<std::string> argv{KVPOOL_EVENTS_PATH,
+                                  "--format",
+                                  "vllm",
+                                  "--instance",
+                                  daemon_->instance(),
+                                  "--runtime-dir",
+                                  daemon_->runtime_dir(),
+                                  "--zmq-endpoint",
+                                  pub_,
+                                  "--zmq-replay-endpoint",
+                                  replay_,
+                                  "--log-level",
+                                  "info"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    fwd_->spawn(argv, test_environment(), -1, -1, ferr.get());
+  }
+
+  // Every batch the subscriber decoded so far, in sequence order. A subscriber that exited
+  // (a decode error: exit 3) fails the test at once with its message.
+  std::vector<nlohmann::json> batches() {
+    if (!sub_->running())
+      throw HarnessError("the subscriber exited: " + read_file(dir_ + "/sub.stderr"));
+    std::vector<nlohmann::json> out;
+    std::istringstream in(read_file(dir_ + "/batches.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) break;  // a line being written
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  // Waits until `pred` holds for the batches; returns them.
+  template <typename Pred>
+  std::vector<nlohmann::json> wait_batches(Pred pred, const std::string& what,
+                                           std::chrono::milliseconds timeout = 20s) {
+    std::vector<nlohmann::json> b;
+    wait_until([&] { return pred(b = batches()); }, timeout, what);
+    return b;
+  }
+
+  // Index of the last batch whose first event is AllBlocksCleared, or -1.
+  static int last_clear(const std::vector<nlohmann::json>& b) {
+    for (int i = static_cast<int>(b.size()) - 1; i >= 0; --i)
+      for (const auto& e : b[i]["events"])
+        if (e["type"] == "AllBlocksCleared") return i;
+    return -1;
+  }
+
+  static size_t clears(const std::vector<nlohmann::json>& b) {
+    size_t n = 0;
+    for (const auto& batch : b)
+      for (const auto& e : batch["events"]) n += e["type"] == "AllBlocksCleared";
+    return n;
+  }
+
+  // Hashes the stream says are stored now (after the last AllBlocksCleared), per medium.
+  static std::set<int64_t> stored_now(const std::vector<nlohmann::json>& b) {
+    std::set<int64_t> s;
+    const int from = std::max(last_clear(b), 0);
+    for (size_t i = static_cast<size_t>(from); i < b.size(); ++i) {
+      for (const auto& e : b[i]["events"]) {
+        if (e["type"] == "AllBlocksCleared") s.clear();
+        if (e["type"] == "BlockStored")
+          for (int64_t h : e["block_hashes"]) s.insert(h);
+        if (e["type"] == "BlockRemoved")
+          for (int64_t h : e["block_hashes"]) s.erase(h);
+      }
+    }
+    return s;
+  }
+
+  static void expect_consecutive(const std::vector<nlohmann::json>& b) {
+    for (size_t i = 0; i < b.size(); ++i)
+      ASSERT_EQ(b[i]["seq"].get<uint64_t>(), i) << "batch " << i << ": " << b[i].dump();
+  }
+
+  Client connect() {
+    ConnectOptions o;
+    o.runtime_dir = daemon_->runtime_dir();
+    auto c = Client::connect(daemon_->instance(), o);
+    if (!c) throw HarnessError(c.status().to_string());
+    return std::move(c.value());
+  }
+
+  std::string dir_, pub_, replay_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<ChildProcess> sub_, fwd_;
+};
+
+TEST_F(VllmEvents, StoredRemovedAndReplayDecodeAsVllmsStructs) {
+  start(64, 65536);
+  // 1. At start: AllBlocksCleared under sequence 0, kvpool's hash scheme beside it.
+  auto b = wait_batches([](auto& b) { return !b.empty(); }, "the start's AllBlocksCleared");
+  ASSERT_EQ(b[0]["seq"], 0);
+  ASSERT_EQ(b[0]["events"].size(), 1u);
+  EXPECT_EQ(b[0]["events"][0]["type"], "AllBlocksCleared");
+  EXPECT_EQ(b[0]["dp_rank"], 0);
+  EXPECT_EQ(b[0]["hash_scheme"], "dynamo-0.2");
+  EXPECT_GT(b[0]["ts"].get<double>(), 1.7e9);  // seconds since the epoch, like time.time()
+
+  // 2. One register call of a 3-block chain: one BlockStored, every field as vLLM's.
+  Client client = connect();
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  const auto tokens = token_range(1u << 30, 3 * kPage);  // large ids: some hashes go negative
+  const auto chain = signed_chain(tokens);
+  {
+    auto held = register_tokens(*pool, tokens, kDynamoSeed);
+    b = wait_batches([&](auto& b) { return stored_now(b) == signed_hashes(tokens); },
+                     "the BlockStored of the registered chain");
+    const nlohmann::json* stored = nullptr;
+    for (const auto& batch : b)
+      for (const auto& e : batch["events"])
+        if (e["type"] == "BlockStored") stored = &e;
+    ASSERT_NE(stored, nullptr);
+    EXPECT_EQ((*stored)["block_hashes"].get<std::vector<int64_t>>(), chain);
+    EXPECT_TRUE((*stored)["parent_block_hash"].is_null());
+    EXPECT_EQ((*stored)["token_ids"], nlohmann::json::array());
+    EXPECT_EQ((*stored)["block_size"], kPage);
+    EXPECT_TRUE((*stored)["lora_id"].is_null());
+    EXPECT_EQ((*stored)["medium"], "CPU");
+    EXPECT_TRUE((*stored)["lora_name"].is_null());
+  }
+  // 3. Evicted: BlockRemoved of each (medium CPU), the stream's view empty again.
+  client.flush();
+  evict_all(*pool, 64);
+  b = wait_batches([](auto& b) { return stored_now(b).empty() && b.size() >= 3; },
+                   "the BlockRemoved of the evicted chain");
+  std::set<int64_t> removed;
+  for (const auto& batch : b)
+    for (const auto& e : batch["events"])
+      if (e["type"] == "BlockRemoved") {
+        EXPECT_EQ(e["medium"], "CPU");
+        for (int64_t h : e["block_hashes"]) removed.insert(h);
+      }
+  EXPECT_EQ(removed, signed_hashes(tokens));
+  expect_consecutive(b);
+
+  // 4. Replay from sequence 1: the same batches again, then the end marker.
+  const std::string out = dir_ + "/replay.jsonl";
+  ChildProcess rp;
+  auto err = open_log(dir_ + "/replay.stderr");
+  rp.spawn(
+      {kPython, VLLM_SUBSCRIBER_PATH, "replay", "--replay", replay_, "--start", "1", "--out", out},
+      test_environment(), -1, -1, err.get());
+  auto st = rp.wait_exit(20s);
+  ASSERT_TRUE(st.has_value()) << "replay did not finish";
+  ASSERT_TRUE(st->exited() && st->code() == 0)
+      << st->describe() << ": " << read_file(dir_ + "/replay.stderr");
+  std::istringstream in(read_file(out));
+  std::vector<nlohmann::json> replayed;
+  for (std::string line; std::getline(in, line);) replayed.push_back(nlohmann::json::parse(line));
+  ASSERT_FALSE(replayed.empty());
+  EXPECT_EQ(replayed.back(), nlohmann::json({{"end", true}}));
+  replayed.pop_back();
+  b = batches();
+  ASSERT_GE(replayed.size(), b.size() - 1);
+  for (size_t i = 0; i + 1 < b.size(); ++i) {
+    EXPECT_EQ(replayed[i]["seq"], b[i + 1]["seq"]);
+    EXPECT_EQ(replayed[i]["events"], b[i + 1]["events"]) << "batch " << i + 1;
+  }
+}
+
+TEST_F(VllmEvents, ALapOfTheRingIsAClearAndTheWholeRegistryAgain) {
+  start(256, 64);  // a ring of 64 records: 160 registrations lap it
+  wait_batches([](auto& b) { return clears(b) == 1; }, "the start's AllBlocksCleared");
+  Client client = connect();
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  // Hold the forwarder still while the daemon writes 160 records into 64 slots.
+  fwd_->kill(SIGSTOP);
+  std::vector<std::vector<ImmutableBlock>> held;
+  std::set<int64_t> expected;
+  for (Token c = 0; c < 40; ++c) {
+    const auto t = token_range(1000 * (c + 1), 4 * kPage);
+    held.push_back(register_tokens(*pool, t, kDynamoSeed));
+    for (int64_t h : signed_hashes(t)) expected.insert(h);
+  }
+  fwd_->kill(SIGCONT);
+  auto b = wait_batches([&](auto& b) { return clears(b) >= 2 && stored_now(b) == expected; },
+                        "AllBlocksCleared and the 160 registered blocks after the lap");
+  expect_consecutive(b);
+  EXPECT_NE(read_file(dir_ + "/events.stderr").find("fell a lap"), std::string::npos);
+}
+
+TEST_F(VllmEvents, ADaemonRestartIsAClearWithSequenceNumbersGoingOn) {
+  start(64, 65536);
+  {
+    Client c = connect();
+    auto pool = c.pool("g");
+    auto held = register_tokens(*pool, token_range(5, 2 * kPage), kDynamoSeed);
+    wait_batches([&](auto& b) { return stored_now(b) == signed_hashes(token_range(5, 2 * kPage)); },
+                 "the first daemon's blocks");
+    daemon_->kill(SIGKILL);
+    ASSERT_TRUE(daemon_->wait_exit(10s).has_value());
+  }
+  const size_t before = batches().size();
+  daemon_->restart();
+  // The forwarder notices, attaches to the new daemon and clears: the old blocks are gone.
+  auto b = wait_batches([&](auto& b) { return b.size() > before && clears(b) >= 2; },
+                        "AllBlocksCleared after the daemon restart", 30s);
+  EXPECT_TRUE(stored_now(b).empty());
+  Client c2 = connect();
+  auto pool = c2.pool("g");
+  const auto fresh = token_range(77, 3 * kPage);
+  auto held = register_tokens(*pool, fresh, kDynamoSeed);
+  b = wait_batches([&](auto& b) { return stored_now(b) == signed_hashes(fresh); },
+                   "the new daemon's blocks");
+  expect_consecutive(b);  // one stream: sequence numbers went on, never back to 0
+  EXPECT_GT(b.back()["seq"].get<uint64_t>(), before - 1);
+}
+
+// The subscriber is strict: the array form of older vLLM is not what today's Structs
+// decode, and it says so (so the tests above would catch a stream vLLM could not read).
+TEST_F(VllmEvents, TheSubscriberRefusesWhatTodaysVllmStructsWouldNotDecode) {
+  start(64, 65536, {"--vllm-encoding", "array"});
+  auto st = sub_->wait_exit(20s);
+  ASSERT_TRUE(st.has_value()) << "the subscriber accepted the array form";
+  EXPECT_TRUE(st->exited() && st->code() == 3) << st->describe();
+  EXPECT_NE(read_file(dir_ + "/sub.stderr").find("KVEventBatch must be a map"), std::string::npos)
+      << read_file(dir_ + "/sub.stderr");
+}
+
+TEST(VllmHashVectors, DynamoRouterSchemeMatchesAnIndependentImplementation) {
+  const std::string cmd = std::string(kPython) + " -c 'import xxhash' 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks xxhash (apt install python3-xxhash)";
+  const std::string run = std::string(kPython) + " " + VLLM_SUBSCRIBER_PATH +
+                          " hash-vectors --kvpoolctl " + KVPOOLCTL_PATH;
+  EXPECT_EQ(std::system(run.c_str()), 0) << run;
+}
+
+}  // namespace
+}  // namespace kvpool::evtest
