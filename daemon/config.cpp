@@ -223,7 +223,8 @@ void read_layout(const Json& j, std::string_view path, LayoutConfig& layout) {
 PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
   expect_object(j, path);
   reject_unknown_fields(j, path,
-                        {"name", "storage", "device", "num_blocks", "max_holds", "layout"});
+                        {"name", "storage", "device", "num_blocks", "max_holds", "layout",
+                         "huge_pages", "numa_node"});
   PoolConfig pool = defaults;
   if (auto it = j.find("name"); it != j.end()) pool.name = read_string(*it, child(path, "name"));
   if (auto it = j.find("storage"); it != j.end()) {
@@ -250,6 +251,24 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   }
   if (auto it = j.find("layout"); it != j.end())
     read_layout(*it, child(path, "layout"), pool.layout);
+  if (auto it = j.find("huge_pages"); it != j.end()) {
+    const std::string hp_path = child(path, "huge_pages");
+    pool.huge_pages = read_string(*it, hp_path);
+    if (pool.huge_pages == "off") pool.huge_pages.clear();
+    if (!pool.huge_pages.empty() && pool.huge_pages != "transparent" && pool.huge_pages[0] != '/')
+      fail(hp_path,
+           "must be \"off\", \"transparent\" or the absolute path of a hugetlbfs "
+           "mount (e.g. \"/dev/hugepages\"), got \"" +
+               pool.huge_pages + "\"");
+    if (pool.storage != shm::StorageKind::kHost)
+      fail(hp_path, "applies to host pools only (a cuda pool's memory is the GPU's)");
+  }
+  if (auto it = j.find("numa_node"); it != j.end()) {
+    pool.numa_node = static_cast<int32_t>(
+        read_uint(*it, child(path, "numa_node"), std::numeric_limits<int32_t>::max()));
+    if (pool.storage != shm::StorageKind::kHost)
+      fail(child(path, "numa_node"), "applies to host pools only");
+  }
   return pool;
 }
 
@@ -598,6 +617,9 @@ std::string config_to_json(const Config& c) {
     if (p.storage != shm::StorageKind::kHost || p.device != -1) pool["device"] = p.device;
     pool["num_blocks"] = p.layout.num_blocks;
     pool["max_holds"] = p.max_holds;
+    // Printed only when set, so the default config (and systemd/kvpoold.json) stays as is.
+    if (!p.huge_pages.empty()) pool["huge_pages"] = p.huge_pages;
+    if (p.numa_node >= 0) pool["numa_node"] = p.numa_node;
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},

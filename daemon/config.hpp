@@ -19,6 +19,12 @@ struct PoolConfig {
   int32_t device = -1;     // "device": CUDA ordinal, cuda pools only (>= 0)
   LayoutConfig layout{};   // "num_blocks" and "layout": {...}
   uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
+  // Host pools only (daemon/host_pool_memory.hpp). "huge_pages": "" or "off" (4 KiB pages),
+  // "transparent" (madvise(MADV_HUGEPAGE); shmem THP must be enabled), or the directory of
+  // a hugetlbfs mount ("/dev/hugepages"). "numa_node": the node its pages are bound to (-1:
+  // the kernel's choice).
+  std::string huge_pages;
+  int32_t numa_node = -1;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

@@ -9,7 +9,10 @@ scripts/bootstrap.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 SECONDS_RUN=${DEMO_SECONDS:-8}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# shellcheck source=scripts/cmake_generator.sh
+. scripts/cmake_generator.sh
+# shellcheck disable=SC2046
+cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") >/dev/null
 cmake --build "$BUILD_DIR" --target kvpoold kvpoolctl kvpool_demo_worker >/dev/null
 
 KVPOOLD="$BUILD_DIR/daemon/kvpoold"

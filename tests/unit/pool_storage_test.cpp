@@ -17,7 +17,10 @@ namespace {
 
 PoolConfig pool_config(shm::StorageKind storage, int32_t device) {
   PoolConfig pc = default_config().pools.front();
-  pc.name = "p" + std::to_string(getpid());
+  // Appended rather than `"p" + std::to_string(...)`: g++ 12 at -O3 (Release) reports a
+  // false -Wrestrict overlap inside that operator+ (GCC bug 105329).
+  pc.name = "p";
+  pc.name += std::to_string(getpid());
   pc.storage = storage;
   pc.device = device;
   pc.layout.num_blocks = 8;

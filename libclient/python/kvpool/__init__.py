@@ -15,6 +15,8 @@ C++ message. See libclient/python/README.md.
 import collections.abc as _abc
 
 from ._kvpool import (  # noqa: F401
+    __git_commit__,
+    __version__,
     BlockEmpty,
     BlockFull,
     Client,

@@ -13,6 +13,7 @@
 #include "int_sequence.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/core/token_block.hpp"
+#include "kvpool/core/version.hpp"
 
 namespace py = pybind11;
 
@@ -126,6 +127,9 @@ PYBIND11_MODULE(_kvpool, m) {
   m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's README).";
   bind_errors(m);
   bind_blocks(m);
+  // The libkvpool this extension was built with (kvpool/core/version.hpp).
+  m.attr("__version__") = kvpool::version();
+  m.attr("__git_commit__") = kvpool::git_commit();
 
   py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
       .def("allocate_blocks", &PoolObject::allocate_blocks, py::arg("count"),
