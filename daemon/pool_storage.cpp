@@ -44,6 +44,8 @@ class PrefaultReporter {
                   100.0 * static_cast<double>(done) / static_cast<double>(total));
     spdlog::info("{}", line + 10);  // without "starting: "
     notify_status(line);
+    // Progress buys time: 30 s more from now, while each step takes well under a second.
+    if (done != total) notify_extend_timeout(30'000'000);
   }
 
  private:

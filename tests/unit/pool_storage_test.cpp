@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "daemon/config.hpp"
@@ -17,10 +18,12 @@ namespace {
 
 PoolConfig pool_config(shm::StorageKind storage, int32_t device) {
   PoolConfig pc = default_config().pools.front();
-  // Appended rather than `"p" + std::to_string(...)`: g++ 12 at -O3 (Release) reports a
-  // false -Wrestrict overlap inside that operator+ (GCC bug 105329).
-  pc.name = "p";
-  pc.name += std::to_string(getpid());
+  // Formatted apart and moved in: g++ 12 at -O3 (Release) reports a false -Wrestrict
+  // overlap when this string is edited in place (`"p" + std::to_string(...)` or +=;
+  // GCC bug 105329).
+  char name[32];
+  std::snprintf(name, sizeof(name), "p%d", static_cast<int>(getpid()));
+  pc.name = std::string(name);
   pc.storage = storage;
   pc.device = device;
   pc.layout.num_blocks = 8;
