@@ -31,6 +31,13 @@ if [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null 2>&1; then
   echo "SKIP: hiding the CUDA libraries needs root and unshare"
   exit 77
 fi
+probe="$(mktemp -d)"
+if ! unshare --mount --propagation private mount -t tmpfs kvpool-probe "$probe" 2>/dev/null; then
+  rmdir "$probe"
+  echo "SKIP: this container may not mount in a private namespace (no CAP_SYS_ADMIN)"
+  exit 77
+fi
+rmdir "$probe"
 dirs=""
 for lib in $(ldconfig -p | sed -n 's/.*libcudart\.so[^ ]* .*=> //p') \
            $( [ -n "$cudalib" ] && ls "$cudalib"/libcudart.so* 2>/dev/null ); do
