@@ -74,8 +74,8 @@ for unit in kvpool-events kvpool-exporter; do
   [ -e "$u" ] || fail "$unit is installed but not $unit.service"
   grep -q "^ExecStart=$prefix/bin/$unit " "$u" ||
     fail "installed $unit.service's ExecStart= does not point into the prefix: $(grep ExecStart= "$u")"
-  if grep -v '^#' "$u" | grep -q -e '/usr/bin/' -e '/etc/kvpool/'; then
-    fail "installed $unit.service still names /usr/bin or /etc/kvpool: $(grep -v '^#' "$u" | grep -e /usr/bin/ -e /etc/kvpool/)"
+  if grep -v '^#' "$u" | grep -Eq '(=|=-| )/(usr/bin|etc/kvpool)/'; then
+    fail "installed $unit.service still names /usr/bin or /etc/kvpool: $(grep -v '^#' "$u" | grep -E '(=|=-| )/(usr/bin|etc/kvpool)/')"
   fi
 done
 if [ -x "$prefix/bin/kvpool-events" ]; then
