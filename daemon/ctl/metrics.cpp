@@ -123,13 +123,13 @@ std::vector<Family> collect(const ctl::ControlView& v) {
   counter("engine_sleeps_total", "Times the progress engine parked for lack of work.",
           h.stats.engine_sleeps);
   if (h.layout_minor >= 3) {
+    // The family always, its sample once a reclaim happened (no figure beats a made-up 0).
+    Family& last = family("last_reclaim_duration_seconds", "gauge",
+                          "Engine time of the last reclaim, from taking up the dead client's "
+                          "hang-up to its blocks being back.");
     uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
-    if (noticed != 0 && done >= noticed) {
-      family("last_reclaim_duration_seconds", "gauge",
-             "Engine time of the last reclaim, from taking up the dead client's hang-up to "
-             "its blocks being back.")
-          .samples.push_back({"", {}, static_cast<double>(done - noticed) / 1e9});
-    }
+    if (noticed != 0 && done >= noticed)
+      last.samples.push_back({"", {}, static_cast<double>(done - noticed) / 1e9});
   }
 
   if (const shm::LatencyHistogram* lat = ctl::request_latency(v)) {

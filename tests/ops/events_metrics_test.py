@@ -91,6 +91,13 @@ def metrics_move():
                  "kvpool_events_daemon_attached 1", "kvpool_build_info{"):
         if want not in page:
             fail(f"page lacks {want!r}:\n{page}")
+    # Every forwarder metric the Grafana dashboard queries is on the page.
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contrib",
+                           "grafana", "kvpool-dashboard.json")) as f:
+        wanted = set(re.findall(r"kvpool_events_[a-z_]+", f.read()))
+    served = set(re.findall(r"^# TYPE (\S+) ", page, re.M))
+    if not wanted or wanted - served:
+        fail(f"dashboard queries forwarder metrics not served: {wanted - served}")
     promtool = shutil.which("promtool")
     if promtool:
         r = subprocess.run([promtool, "check", "metrics"], input=page, capture_output=True,

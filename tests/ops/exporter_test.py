@@ -105,6 +105,28 @@ def metrics_page():
         fail(f"kvpool_daemon_info lacks version {ver}")
 
 
+DASHBOARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contrib",
+                         "grafana", "kvpool-dashboard.json")
+
+
+def dashboard_names(prefix_filter):
+    """Metric names the Grafana dashboard's queries use (histogram suffixes stripped)."""
+    with open(DASHBOARD) as f:
+        d = json.load(f)
+    names = set()
+    for p in d["panels"]:
+        for t in p["targets"]:
+            names |= set(re.findall(r"kvpool_[a-z_]+", t["expr"]))
+    return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names if prefix_filter(n)}
+
+
+def dashboard_queries_served_names():
+    served = set(re.findall(r"^# TYPE (\S+) ", state["body"], re.M))
+    missing = dashboard_names(lambda n: not n.startswith("kvpool_events_")) - served
+    if missing:
+        fail(f"the Grafana dashboard queries metrics the exporter does not serve: {missing}")
+
+
 def promtool_check():
     r = subprocess.run([PROMTOOL, "check", "metrics"], input=state["body"], capture_output=True,
                        text=True, timeout=60)
@@ -193,6 +215,8 @@ try:
     run_checks([("kvpoold, two workers and kvpool-exporter on 127.0.0.1:0", start),
                 ("GET /metrics: format, pool, token, usage and version figures", metrics_page),
                 ("promtool check metrics accepts the page", promtool_check),
+                ("every metric the Grafana dashboard queries is served",
+                 dashboard_queries_served_names),
                 ("404 elsewhere, 405 for POST, HEAD works", other_paths),
                 ("a real prometheus scrapes it and answers queries", prometheus_scrapes),
                 ("kvpoold stopped: kvpool_up 0, no stale figures", daemon_down)])
