@@ -9,8 +9,11 @@
 #   lib/cmake/kvpool/                       find_package(kvpool) -> kvpool::client
 #   lib/pkgconfig/kvpool.pc                 pkg-config --cflags --libs kvpool
 #   lib/systemd/system/kvpoold.service      ExecStart= and --config point into the prefix
+#   lib/systemd/system/kvpool-events.service  (with libnats) ExecStart=, EnvironmentFile= too
+#   lib/systemd/system/kvpool-exporter.service (with libmicrohttpd) ExecStart= too
 #   lib/sysusers.d/kvpool.conf              user and group kvpool
 #   etc/kvpool/kvpoold.json                 the default config (/etc/kvpool for prefix /usr)
+#   etc/kvpool/kvpool-events.env            (with libnats) the forwarder's settings, commented
 #   share/doc/kvpool/README.md
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -68,8 +71,17 @@ install(FILES ${PROJECT_BINARY_DIR}/kvpoolConfig.cmake
         DESTINATION ${_kvpool_cmakedir})
 
 # ---- files whose paths depend on the prefix chosen at install time -------------------------
-# kvpool.pc, and kvpoold.service with ExecStart= / --config inside the prefix, are written
-# at install time, so `cmake --install BUILD --prefix P` gets paths under P.
+# kvpool.pc, and the units with ExecStart= / --config / EnvironmentFile= inside the prefix,
+# are written at install time, so `cmake --install BUILD --prefix P` gets paths under P.
+# Units of the programs this build made (kvpool-events needs libnats, kvpool-exporter
+# libmicrohttpd).
+set(_kvpool_units kvpoold.service)
+if(TARGET kvpool-events)
+  list(APPEND _kvpool_units kvpool-events.service)
+endif()
+if(TARGET kvpool-exporter)
+  list(APPEND _kvpool_units kvpool-exporter.service)
+endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/kvpool.pc.in ${PROJECT_BINARY_DIR}/kvpool.pc.template @ONLY)
 install(CODE "
   set(_prefix \"\${CMAKE_INSTALL_PREFIX}\")
@@ -79,7 +91,7 @@ install(CODE "
   string(REPLACE \"%PREFIX%\" \"\${_prefix}\" _pc \"\${_pc}\")
   message(STATUS \"Installing: \${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\")
   file(WRITE \"\${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\" \"\${_pc}\")
-  # kvpoold.service
+  # The systemd units (cmake/KvpoolInstallUnits.cmake).
   set(_configdir \"${KVPOOL_INSTALL_CONFIGDIR}\")
   if(NOT IS_ABSOLUTE \"\${_configdir}\")
     set(_configdir \"\${_prefix}/\${_configdir}\")
@@ -90,16 +102,18 @@ install(CODE "
   else()
     set(_unitdir \"\${_dest}/\${_unitdir}\")
   endif()
-  file(READ \"${PROJECT_SOURCE_DIR}/systemd/kvpoold.service\" _unit)
-  string(REPLACE \"ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.json\"
-         \"ExecStart=\${_prefix}/${CMAKE_INSTALL_BINDIR}/kvpoold --config \${_configdir}/kvpoold.json\"
-         _unit \"\${_unit}\")
-  message(STATUS \"Installing: \${_unitdir}/kvpoold.service\")
-  file(WRITE \"\${_unitdir}/kvpoold.service\" \"\${_unit}\")
+  set(_bindir \"${CMAKE_INSTALL_BINDIR}\")
+  set(_srcdir \"${PROJECT_SOURCE_DIR}/systemd\")
+  set(_units \"${_kvpool_units}\")
+  include(\"${CMAKE_CURRENT_LIST_DIR}/KvpoolInstallUnits.cmake\")
 ")
 
 # ---- operating files -----------------------------------------------------------------------
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpool.sysusers.conf
         DESTINATION ${KVPOOL_INSTALL_SYSUSERSDIR} RENAME kvpool.conf)
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpoold.json DESTINATION ${KVPOOL_INSTALL_CONFIGDIR})
+if(TARGET kvpool-events)
+  # Every line commented out: the unit reads it (optional) for KVPOOL_WORKER_ID.
+  install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpool-events.env DESTINATION ${KVPOOL_INSTALL_CONFIGDIR})
+endif()
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

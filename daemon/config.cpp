@@ -243,7 +243,7 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
   expect_object(j, path);
   reject_unknown_fields(j, path,
                         {"name", "storage", "device", "num_blocks", "max_holds", "layout",
-                         "allowed_uids", "allowed_gids", "hash_scheme"});
+                         "allowed_uids", "allowed_gids", "hash_scheme", "huge_pages", "numa_node"});
   PoolConfig pool = defaults;
   if (auto it = j.find("allowed_uids"); it != j.end())
     pool.allowed_uids = read_id_list<uid_t>(*it, child(path, "allowed_uids"));
@@ -283,6 +283,24 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
     if (!scheme)
       fail(scheme_path, "must be \"dynamo-0.2\" or \"dynamo-router\", got \"" + name + "\"");
     pool.hash_scheme = *scheme;
+  }
+  if (auto it = j.find("huge_pages"); it != j.end()) {
+    const std::string hp_path = child(path, "huge_pages");
+    pool.huge_pages = read_string(*it, hp_path);
+    if (pool.huge_pages == "off") pool.huge_pages.clear();
+    if (!pool.huge_pages.empty() && pool.huge_pages != "transparent" && pool.huge_pages[0] != '/')
+      fail(hp_path,
+           "must be \"off\", \"transparent\" or the absolute path of a hugetlbfs "
+           "mount (e.g. \"/dev/hugepages\"), got \"" +
+               pool.huge_pages + "\"");
+    if (pool.storage != shm::StorageKind::kHost)
+      fail(hp_path, "applies to host pools only (a cuda pool's memory is the GPU's)");
+  }
+  if (auto it = j.find("numa_node"); it != j.end()) {
+    pool.numa_node = static_cast<int32_t>(
+        read_uint(*it, child(path, "numa_node"), std::numeric_limits<int32_t>::max()));
+    if (pool.storage != shm::StorageKind::kHost)
+      fail(child(path, "numa_node"), "applies to host pools only");
   }
   return pool;
 }
@@ -687,6 +705,9 @@ std::string config_to_json(const Config& c) {
     if (!p.allowed_uids.empty()) pool["allowed_uids"] = p.allowed_uids;
     if (!p.allowed_gids.empty()) pool["allowed_gids"] = p.allowed_gids;
     pool["hash_scheme"] = std::string(hash_scheme_name(p.hash_scheme));
+    // Printed only when set, so the default config (and systemd/kvpoold.json) stays as is.
+    if (!p.huge_pages.empty()) pool["huge_pages"] = p.huge_pages;
+    if (p.numa_node >= 0) pool["numa_node"] = p.numa_node;
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},

@@ -31,6 +31,12 @@ struct PoolConfig {
   // "hash_scheme": how workers hash this pool's blocks (core/hash.hpp); published in
   // PoolInfo, kvpoolctl status and every event batch.
   HashScheme hash_scheme = HashScheme::kDynamo02;
+  // Host pools only (daemon/host_pool_memory.hpp). "huge_pages": "" or "off" (4 KiB pages),
+  // "transparent" (madvise(MADV_HUGEPAGE); shmem THP must be enabled), or the directory of
+  // a hugetlbfs mount ("/dev/hugepages"). "numa_node": the node its pages are bound to (-1:
+  // the kernel's choice).
+  std::string huge_pages;
+  int32_t numa_node = -1;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "daemon/liveness.hpp"
 #include "kvpool/core/paths.hpp"
+#include "kvpool/core/version.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 #include "kvpool/shm/protocol.hpp"
@@ -163,6 +165,8 @@ Status Engine::init() {
   ctl_->pools_offset = pools_off;
   ctl_->total_bytes = off;
   copy_name(ctl_->instance, config_.instance);
+  std::snprintf(ctl_->daemon_version, sizeof(ctl_->daemon_version), "%s",
+                kvpool::version_string().c_str());
   if (ring_len != 0) {
     auto ring = shm::EventRingWriter::create(base + ring_off, ring_len, config_.event_ring_slots);
     if (!ring)
@@ -534,13 +538,20 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   auto allowed = [](const auto& list, auto v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
   };
-  if (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid)) {
+  // Root may always observe (kvpoolctl, kvpool-exporter: the control segment read-only):
+  // the allow-lists decide who attaches as a worker, not who may look.
+  const bool root_observer = h.type == proto::MsgType::kObserve && cred->uid == 0;
+  if (!root_observer &&
+      (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid))) {
     refuse(sock.get(), ErrorCode::kPermissionDenied,
            "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
                " may not attach to instance '" + config_.instance +
                "' (allowed_uids/allowed_gids)");
     return;
   }
+  spdlog::debug("{} from pid {} uid {}: libkvpool {}",
+                h.type == proto::MsgType::kObserve ? "observe" : "hello", cred->pid, cred->uid,
+                unpack_version(h.client_version));
   auto ro = control_.open_readonly_fd();
   if (!ro) {
     refuse(sock.get(), ErrorCode::kInternal, ro.status().message());
@@ -660,6 +671,7 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   slots_info_[s.slot].requests.store(0, std::memory_order_relaxed);
   slots_info_[s.slot].protocol_errors.store(0, std::memory_order_relaxed);
   slots_info_[s.slot].rejected_handles.store(0, std::memory_order_relaxed);
+  slots_info_[s.slot].match_hits.store(0, std::memory_order_relaxed);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = tag(kSock, s.slot);
@@ -865,6 +877,12 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     answer = {static_cast<std::byte*>(*claim), answer_bytes};
   }
   const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, req, answer, s.pool_mask);
+  if (type == static_cast<uint32_t>(proto::Opcode::kMatch) && done.code == ErrorCode::kOk &&
+      done.answer_bytes >= sizeof(proto::ResponseHeader)) {
+    // A successful answer carries no message: what follows the header is the hits.
+    bump(slots_info_[s.slot].match_hits,
+         (done.answer_bytes - sizeof(proto::ResponseHeader)) / sizeof(pool::BlockRef));
+  }
   if (done.rejected != 0) {
     s.rejected_handles += done.rejected;
     bump(slots_info_[s.slot].rejected_handles, done.rejected);

@@ -1,8 +1,7 @@
 // kvpoold: owns a host's KV block memory and registry; workers attach with libkvpool.
 //   kvpoold [--config FILE] [--instance NAME] [--runtime-dir DIR] [--log-level LEVEL]
-//   kvpoold --print-default-config
+//   kvpoold --print-default-config | --version
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +11,8 @@
 #include "daemon/config.hpp"
 #include "daemon/engine.hpp"
 #include "daemon/notify.hpp"
+#include "kvpool/core/version.hpp"
+#include "service_log.hpp"
 
 namespace {
 
@@ -32,17 +33,16 @@ int main(int argc, char** argv) {
   app.add_option("--instance", instance, "instance name (overrides the config)");
   app.add_option("--runtime-dir", runtime_dir, "directory of the socket (overrides the config)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
-  app.add_flag("--print-default-config", print_default, "print the built-in configuration and exit");
+  app.add_flag("--print-default-config", print_default,
+               "print the built-in configuration and exit");
+  app.set_version_flag("--version", "kvpoold " + kvpool::version_string(),
+                       "print the version and the git commit, and exit");
   CLI11_PARSE(app, argc, argv);
 
   if (print_default) {
     std::cout << config_to_json(default_config()) << "\n";
     return 0;
   }
-  auto logger = spdlog::stderr_color_mt("kvpoold");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-
   kvpool::Result<Config> cfg = config_path.empty() ? kvpool::Result<Config>(default_config())
                                                    : load_config_file(config_path);
   if (!cfg) {
@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  const std::string log_to = kvpool::setup_service_log("kvpoold", config.log_level);
+  spdlog::info("kvpoold {} starting (instance '{}', logging to {})", kvpool::version_string(),
+               config.instance, log_to);
 
   auto engine = Engine::create(config);
   if (!engine) {
@@ -66,7 +68,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_engine = engine->get();
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);

@@ -63,6 +63,10 @@ void notify_ready() { send_notify("READY=1"); }
 void notify_stopping() { send_notify("STOPPING=1"); }
 void notify_status(const std::string& status) { send_notify("STATUS=" + status); }
 
+void notify_extend_timeout(uint64_t usec) {
+  send_notify("EXTEND_TIMEOUT_USEC=" + std::to_string(usec));
+}
+
 // The engine calls this every ~50 ms while its loop runs. systemd wants a ping at least
 // every half WatchdogSec=; one every quarter leaves room for a slow loop. Without a
 // watchdog the ping goes out once a second (harmless, and shows the loop is alive).

@@ -3,6 +3,7 @@
 // itself. Called from the progress-engine thread (and main) only.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kvpool::daemon {
@@ -11,5 +12,8 @@ void notify_ready();
 void notify_stopping();
 void notify_watchdog();
 void notify_status(const std::string& status);
+// EXTEND_TIMEOUT_USEC=: "still starting, give me `usec` more from now" (a large pool being
+// pre-faulted must not run into TimeoutStartSec= while it makes progress).
+void notify_extend_timeout(uint64_t usec);
 
 }  // namespace kvpool::daemon

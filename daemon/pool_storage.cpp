@@ -1,8 +1,13 @@
 #include "daemon/pool_storage.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
+#include "daemon/notify.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/shm/protocol.hpp"
 
@@ -17,6 +22,44 @@ Status named(const PoolConfig& pool, uint64_t bytes, const Status& why) {
                                 " bytes): " + why.message());
 }
 
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return buf;
+}
+
+// Pre-faulting a large pool takes seconds (tens for hundreds of GiB): say how far it got,
+// in the log and in systemd's STATUS=, at most once a second. Pools under 1 GiB are quiet.
+class PrefaultReporter {
+ public:
+  explicit PrefaultReporter(const PoolConfig& pool) : pool_(pool) {}
+  void operator()(uint64_t done, uint64_t total) {
+    if (total < (1ull << 30)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done != 0 && done != total && now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    char line[160];
+    std::snprintf(line, sizeof(line), "starting: pool '%s' pre-faulting %s of %s (%.0f%%)",
+                  pool_.name.c_str(), gib(done).c_str(), gib(total).c_str(),
+                  100.0 * static_cast<double>(done) / static_cast<double>(total));
+    spdlog::info("{}", line + 10);  // without "starting: "
+    notify_status(line);
+    // Progress buys time: 30 s more from now, while each step takes well under a second.
+    if (done != total) notify_extend_timeout(30'000'000);
+  }
+
+ private:
+  const PoolConfig& pool_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string placement_text(const PoolConfig& pool) {
+  std::string s;
+  if (!pool.huge_pages.empty()) s += ", huge pages " + pool.huge_pages;
+  if (pool.numa_node >= 0) s += ", NUMA node " + std::to_string(pool.numa_node);
+  return s;
+}
+
 }  // namespace
 
 Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolConfig& pool,
@@ -27,11 +70,21 @@ Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolC
   s.device_ = pool.device;
   switch (pool.storage) {
     case shm::StorageKind::kHost: {
-      // A sealed memfd: clients get a descriptor over the socket and can neither open it by
-      // name nor resize it (an ftruncate would SIGBUS every worker mapping it).
-      auto seg = shm::Segment::create_anonymous(pool_segment_name(instance, pool.name), s.bytes_);
-      if (!seg) return named(pool, s.bytes_, seg.status());
-      s.host_ = std::move(seg.value());
+      // A sealed memfd, 0600 (daemon/host_pool_memory): clients get a descriptor over the
+      // socket and can neither open it by name nor resize it.
+      const auto t0 = std::chrono::steady_clock::now();
+      PrefaultReporter report(pool);
+      auto mem = create_host_pool_memory(pool_segment_name(instance, pool.name), s.bytes_,
+                                         HostPoolPlacement{pool.huge_pages, pool.numa_node},
+                                         std::ref(report));
+      if (!mem) return named(pool, s.bytes_, mem.status());
+      s.host_ = std::move(mem.value());
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double gibs = static_cast<double>(s.bytes_) / (1ull << 30);
+      spdlog::log(s.bytes_ >= (1ull << 30) ? spdlog::level::info : spdlog::level::debug,
+                  "pool '{}': {} of host memory ready in {:.3f} s ({:.3f} s/GiB{})", pool.name,
+                  gib(s.bytes_), secs, gibs > 0 ? secs / gibs : 0.0, placement_text(pool));
       return s;
     }
     case shm::StorageKind::kCuda: {
@@ -52,7 +105,7 @@ Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolC
 void PoolStorage::publish(shm::PoolInfo& info) const {
   std::memset(info.shm_name, 0, sizeof(info.shm_name));
   if (kind_ == shm::StorageKind::kHost) {
-    const std::string& name = host_.name();
+    const std::string& name = host_.name;
     std::memcpy(info.shm_name, name.data(), std::min(name.size(), sizeof(info.shm_name) - 1));
   }
   info.storage = static_cast<uint32_t>(kind_);
@@ -68,7 +121,7 @@ void PoolStorage::publish(shm::PoolInfo& info) const {
 
 Result<shm::UniqueFd> PoolStorage::client_fd() const {
   if (!proto::welcome_carries_fd(kind_)) return shm::UniqueFd();
-  return host_.dup_fd();
+  return host_.segment.dup_fd();
 }
 
 void PoolStorage::remove() const {
@@ -78,7 +131,7 @@ void PoolStorage::remove() const {
 std::string PoolStorage::describe() const {
   if (kind_ == shm::StorageKind::kCuda)
     return "cuda device " + std::to_string(device_) + " (" + cuda::uuid_string(slab_.uuid()) + ")";
-  return "host memfd " + host_.name();
+  return (host_.hugetlbfs ? "host memfd (hugetlb) " : "host memfd ") + host_.name;
 }
 
 }  // namespace kvpool::daemon

@@ -1,7 +1,9 @@
 // Where one pool's block bytes live, daemon side. The pool core hands out block ids and
 // never touches memory; a PoolStorage turns the pool's layout into memory and tells
 // clients, through PoolInfo and the welcome, how to reach it (DESIGN.md §6):
-//   host  a named shm object, zeroed; every client gets a read-write fd in its welcome.
+//   host  a named shm object (or hugetlbfs file), zeroed, placed and pre-faulted with
+//         progress in the log and STATUS= (host_pool_memory.hpp); every client gets a
+//         read-write fd in its welcome.
 //   cuda  one cudaMalloc slab on the configured device, zeroed, exported with
 //         cudaIpcGetMemHandle; PoolInfo carries the handle and the device UUID, and the
 //         welcome carries no fd (clients open the handle with cudaIpcOpenMemHandle).
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "daemon/config.hpp"
+#include "daemon/host_pool_memory.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/cuda/device.hpp"
@@ -51,7 +54,7 @@ class PoolStorage {
   shm::StorageKind kind_ = shm::StorageKind::kHost;
   uint64_t bytes_ = 0;
   int32_t device_ = -1;
-  shm::Segment host_;
+  HostPoolMemory host_;
   cuda::DeviceSlab slab_;
   cuda::IpcHandle handle_{};
 };

@@ -5,11 +5,12 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-format
-  libboost-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev systemd
   libnats-dev nats-server redis-server libhiredis-dev
   clang-14 libclang-rt-14-dev
   procps util-linux
+  libmicrohttpd-dev prometheus curl tmux libnuma-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
   zlib1g-dev python3-torch python3-matplotlib
   rustc cargo libdlpack-dev python3-setuptools python3-wheel python3-pip

@@ -16,7 +16,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 SECONDS_RUN=${DEMO_SECONDS:-25}
 TRACE_SECONDS=${DEMO_TRACE_SECONDS:-300}
 BLOCKS=${DEMO_BLOCKS:-8192}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# shellcheck source=scripts/cmake_generator.sh
+. scripts/cmake_generator.sh
+# shellcheck disable=SC2046
+cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") >/dev/null
 cmake --build "$BUILD_DIR" --target kvpoold kvpoolctl kvpool-replay >/dev/null
 
 KVPOOLD="$BUILD_DIR/daemon/kvpoold"

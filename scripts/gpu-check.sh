@@ -25,7 +25,9 @@ else
 fi
 
 stage "configure + build (Release, CUDA, sm_${CUDA_ARCH:-90})"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WITH_CUDA=ON \
+. scripts/cmake_generator.sh
+# shellcheck disable=SC2046
+cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target kvpool_gpu_tests kvpool_unit_tests kvpool_copy_bench
 mkdir -p "$LOG_DIR"

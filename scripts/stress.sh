@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+. scripts/cmake_generator.sh
+# shellcheck disable=SC2046
+cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") >/dev/null
 cmake --build "$BUILD_DIR" --target kvpool_stress >/dev/null
 exec "$BUILD_DIR/tests/stress/kvpool_stress" "$@"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: `scripts/test.sh`
-# Installs what it needs first (scripts/bootstrap.sh). BUILD_DIR overrides the build folder.
+# Installs what it needs first (scripts/bootstrap.sh). BUILD_DIR overrides the build folder
+# (default build type, i.e. RelWithDebInfo). Under CI=true, or with RELEASE_CHECK=1, every
+# target is then also built as Release (RELEASE_BUILD_DIR, default build-release).
 # Under CI=true, or with SANITIZERS=1, it then also runs the unit and multi-process tests
 # under ASan+UBSan (clang-14) and under TSan (gcc) (CMakePresets.json: asan, tsan;
 # ASAN_BUILD_DIR and TSAN_BUILD_DIR override their folders) and the fuzzers from the asan
@@ -11,9 +13,27 @@ scripts/bootstrap.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+# The default (empty) build type: CMakeLists.txt makes it RelWithDebInfo, the build tested.
+# A folder already configured keeps its generator and build type.
+# shellcheck source=scripts/cmake_generator.sh
+. scripts/cmake_generator.sh
+# shellcheck disable=SC2046,SC2086
+cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
+
+# Release (what packagers and benchmarks build: -O3, where g++ warns about more) must build
+# warning-free too. Under CI=true, or RELEASE_CHECK=1: every target compiled and linked in
+# a folder of its own (RELEASE_BUILD_DIR), not run: the tests above ran the same code.
+RELEASE_CHECK=${RELEASE_CHECK:-0}
+[ "${CI:-}" = "true" ] && RELEASE_CHECK=1
+if [ "$RELEASE_CHECK" = "1" ]; then
+  REL_DIR=${RELEASE_BUILD_DIR:-build-release}
+  echo "== Release: every target, warnings as errors ($REL_DIR)"
+  # shellcheck disable=SC2046,SC2086
+  cmake -S . -B "$REL_DIR" $(generator_args "$REL_DIR") -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
+  cmake --build "$REL_DIR" -j "$JOBS"
+fi
 
 SANITIZERS=${SANITIZERS:-0}
 [ "${CI:-}" = "true" ] && SANITIZERS=1

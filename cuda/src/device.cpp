@@ -1,28 +1,34 @@
-// The CUDA backend: the CUDA runtime API from plain C++ (no kernels here).
-#include <cuda_runtime.h>
+// The CUDA backend: the CUDA runtime API from plain C++ (no kernels here), reached through
+// the table cudart.hpp loads at run time: every entry point checks that it loaded (through
+// device_count()) before calling it.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "cudart.hpp"
 #include "kvpool/cuda/device.hpp"
 
 namespace kvpool::cuda {
 namespace {
 
+// The loaded runtime. Only called once device_count() > 0 (or, for releases, on objects
+// that exist only because it was), which implies cudart() loaded.
+const Cudart& rt() { return *cudart(); }
+
 static_assert(sizeof(cudaIpcMemHandle_t) == std::tuple_size_v<IpcHandle>);
 static_assert(sizeof(cudaUUID_t) == std::tuple_size_v<DeviceUuid>);
 
 std::string error_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  return std::string(rt().cudaGetErrorName(e)) + ": " + rt().cudaGetErrorString(e);
 }
 
 // A failed call leaves its error as the thread's "last error"; clear it so a later,
 // unrelated cudaGetLastError() in the caller's code does not report ours.
 Status cuda_error(const std::string& what, cudaError_t e,
                   ErrorCode code = ErrorCode::kDeviceError) {
-  (void)cudaGetLastError();
+  (void)rt().cudaGetLastError();
   return Status(code, what + ": " + error_text(e));
 }
 
@@ -39,10 +45,11 @@ struct Probe {
 
 const Probe& probe() {
   static const Probe p = [] {
+    if (cudart() == nullptr) return Probe{0, cudart_load_error()};
     int n = 0;  // cudaGetDeviceCount leaves it unset on error
-    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaError_t e = rt().cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-      (void)cudaGetLastError();
+      (void)rt().cudaGetLastError();
       return Probe{0, "cudaGetDeviceCount failed with " + error_text(e)};
     }
     if (n <= 0) return Probe{0, "the CUDA driver reports no devices"};
@@ -69,13 +76,13 @@ Status check_device(int device) {
 class CurrentDevice {
  public:
   explicit CurrentDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    set_ = cudaSetDevice(device);
-    if (set_ != cudaSuccess) (void)cudaGetLastError();
+    if (rt().cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    set_ = rt().cudaSetDevice(device);
+    if (set_ != cudaSuccess) (void)rt().cudaGetLastError();
     if (previous_ == device) previous_ = -1;
   }
   ~CurrentDevice() {
-    if (previous_ >= 0 && set_ == cudaSuccess) (void)cudaSetDevice(previous_);
+    if (previous_ >= 0 && set_ == cudaSuccess) (void)rt().cudaSetDevice(previous_);
   }
   CurrentDevice(const CurrentDevice&) = delete;
   CurrentDevice& operator=(const CurrentDevice&) = delete;
@@ -95,7 +102,7 @@ std::string no_device_reason() { return probe().count > 0 ? std::string() : prob
 Result<DeviceUuid> device_uuid(int device) {
   KVPOOL_RETURN_IF_ERROR(check_device(device));
   cudaDeviceProp prop{};
-  if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaGetDeviceProperties(&prop, device); e != cudaSuccess)
     return cuda_error("cudaGetDeviceProperties(" + std::to_string(device) + ")", e);
   DeviceUuid u;
   std::memcpy(u.data(), prop.uuid.bytes, u.size());
@@ -137,13 +144,13 @@ Result<DeviceSlab> DeviceSlab::allocate(int device, uint64_t bytes, uint32_t ali
   auto uuid = device_uuid(device);
   if (!uuid) return uuid.status();
   // The daemon keeps `device` current: restoring device 0 would give it a context there.
-  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaSetDevice(device); e != cudaSuccess)
     return cuda_error("cudaSetDevice(" + std::to_string(device) + ")", e);
   void* p = nullptr;
-  if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
+  if (cudaError_t e = rt().cudaMalloc(&p, bytes); e != cudaSuccess) {
     size_t free_b = 0, total_b = 0;
-    (void)cudaGetLastError();
-    bool info = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+    (void)rt().cudaGetLastError();
+    bool info = rt().cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
     std::string where = "cudaMalloc of " + std::to_string(bytes) + " bytes on device " +
                         std::to_string(device) + " (" + uuid_string(*uuid) + ")";
     if (info) {
@@ -165,9 +172,9 @@ Result<DeviceSlab> DeviceSlab::allocate(int device, uint64_t bytes, uint32_t ali
   }
   // Zeroed like host pools, so a block never shows another run's bytes; and a slab that
   // cannot be written fails here rather than in a client.
-  if (cudaError_t e = cudaMemset(p, 0, bytes); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaMemset(p, 0, bytes); e != cudaSuccess)
     return cuda_error("cudaMemset of the new slab", e);
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaDeviceSynchronize(); e != cudaSuccess)
     return cuda_error("cudaDeviceSynchronize after zeroing the new slab", e);
   return slab;
 }
@@ -175,7 +182,7 @@ Result<DeviceSlab> DeviceSlab::allocate(int device, uint64_t bytes, uint32_t ali
 Result<IpcHandle> DeviceSlab::export_handle() const {
   if (!data_) return Status(ErrorCode::kInvalidState, "export of an empty DeviceSlab");
   cudaIpcMemHandle_t h{};
-  if (cudaError_t e = cudaIpcGetMemHandle(&h, data_); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaIpcGetMemHandle(&h, data_); e != cudaSuccess)
     return cuda_error("cudaIpcGetMemHandle on device " + std::to_string(device_), e);
   IpcHandle out;
   std::memcpy(out.data(), &h, out.size());
@@ -186,8 +193,8 @@ void DeviceSlab::release() noexcept {
   if (!data_) return;
   // cudaFree in the slab's context; errors (e.g. the runtime already unloading at exit)
   // leave nothing to do: the driver frees everything of a process that ends.
-  if (cudaSetDevice(device_) == cudaSuccess) (void)cudaFree(data_);
-  (void)cudaGetLastError();
+  if (rt().cudaSetDevice(device_) == cudaSuccess) (void)rt().cudaFree(data_);
+  (void)rt().cudaGetLastError();
   data_ = nullptr;
   size_ = 0;
 }
@@ -204,7 +211,7 @@ Result<DeviceMapping> DeviceMapping::open(const IpcHandle& handle, const DeviceU
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));
   void* p = nullptr;
-  if (cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (cudaError_t e = rt().cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
       e != cudaSuccess) {
     return cuda_error("cudaIpcOpenMemHandle of the pool's slab on device " +
                           std::to_string(*local) + " (" + uuid_string(uuid) +
@@ -221,8 +228,8 @@ Result<DeviceMapping> DeviceMapping::open(const IpcHandle& handle, const DeviceU
 void DeviceMapping::release() noexcept {
   if (!data_) return;
   CurrentDevice current(device_);
-  (void)cudaIpcCloseMemHandle(data_);
-  (void)cudaGetLastError();
+  (void)rt().cudaIpcCloseMemHandle(data_);
+  (void)rt().cudaGetLastError();
   data_ = nullptr;
   size_ = 0;
 }
@@ -234,7 +241,8 @@ Result<HostRegistration> HostRegistration::pin(void* data, size_t bytes) {
     return Status(ErrorCode::kDeviceError,
                   "cannot pin host memory: no CUDA device visible (" + no_device_reason() + ")");
   }
-  if (cudaError_t e = cudaHostRegister(data, bytes, cudaHostRegisterPortable); e != cudaSuccess)
+  if (cudaError_t e = rt().cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+      e != cudaSuccess)
     return cuda_error("cudaHostRegister of " + std::to_string(bytes) + " bytes", e);
   HostRegistration r;
   r.data_ = data;
@@ -243,24 +251,25 @@ Result<HostRegistration> HostRegistration::pin(void* data, size_t bytes) {
 
 void HostRegistration::release() noexcept {
   if (!data_) return;
-  (void)cudaHostUnregister(data_);
-  (void)cudaGetLastError();
+  (void)rt().cudaHostUnregister(data_);
+  (void)rt().cudaGetLastError();
   data_ = nullptr;
 }
 
 // ---- copies --------------------------------------------------------------------------------
 
 Status copy_async(std::span<const CopyOp> ops, const void* src_base, void* dst_base, void* stream) {
+  if (cudart() == nullptr) return Status(ErrorCode::kUnsupported, cudart_load_error());
   auto s = static_cast<cudaStream_t>(stream);
   auto* src = static_cast<const std::byte*>(src_base);
   auto* dst = static_cast<std::byte*>(dst_base);
   for (size_t i = 0; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];
     cudaError_t e =
-        op.flat() ? cudaMemcpyAsync(dst + op.dst_offset, src + op.src_offset, op.bytes(),
-                                    cudaMemcpyDefault, s)
-                  : cudaMemcpy2DAsync(dst + op.dst_offset, op.dst_pitch, src + op.src_offset,
-                                      op.src_pitch, op.width, op.height, cudaMemcpyDefault, s);
+        op.flat() ? rt().cudaMemcpyAsync(dst + op.dst_offset, src + op.src_offset, op.bytes(),
+                                         cudaMemcpyDefault, s)
+                  : rt().cudaMemcpy2DAsync(dst + op.dst_offset, op.dst_pitch, src + op.src_offset,
+                                           op.src_pitch, op.width, op.height, cudaMemcpyDefault, s);
     if (e != cudaSuccess) {
       return cuda_error("copy " + std::to_string(i + 1) + " of " + std::to_string(ops.size()) +
                             " (" + std::to_string(op.bytes()) + " bytes)",
@@ -271,7 +280,9 @@ Status copy_async(std::span<const CopyOp> ops, const void* src_base, void* dst_b
 }
 
 Status synchronize(void* stream) {
-  if (cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); e != cudaSuccess)
+  if (cudart() == nullptr) return Status(ErrorCode::kUnsupported, cudart_load_error());
+  if (cudaError_t e = rt().cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+      e != cudaSuccess)
     return cuda_error("cudaStreamSynchronize", e);
   return Status::ok();
 }

@@ -61,6 +61,7 @@ nlohmann::json clients_json(const ctl::ControlView& v) {
                    {"requests", rl(si.requests)},
                    {"protocol_errors", rl(si.protocol_errors)},
                    {"rejected_handles", rl(si.rejected_handles)},
+                   {"match_hits", rl(si.match_hits)},
                    {"blocks_held", mutable_blocks + held_blocks},
                    {"mutable_blocks", mutable_blocks},
                    {"registered_blocks_held", held_blocks},

@@ -40,5 +40,7 @@ void add_metrics_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 // kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow] [--new]
 void add_events_command(CLI::App& app);
+// kvpoolctl top [--instance NAME] [--runtime-dir DIR] [--interval S] [--iterations N]
+void add_top_command(CLI::App& app);
 
 }  // namespace kvpool

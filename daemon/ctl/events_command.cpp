@@ -1,5 +1,7 @@
 // kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow]
-// Tails the daemon's event ring (DESIGN.md §7): what the ring still holds, then (--follow)
+//                  [--last N | --all | --new]
+// Tails the daemon's event ring (DESIGN.md §7): the last 20 events (like tail; --all: what
+// the ring still holds, which may be 65536 records), then (--follow)
 // every new Stored / Removed / Cleared record as it is appended, until the daemon stops or
 // the user interrupts. A reader never writes the ring, so tailing costs the daemon nothing;
 // one that falls a lap behind says how many records it lost and goes on.
@@ -24,6 +26,8 @@ namespace {
 struct EventsOptions : ctl::ViewOptions {
   bool follow = false;
   bool new_only = false;
+  bool all = false;
+  uint64_t last = 20;
 };
 
 const char* type_name(shm::EventType t) {
@@ -50,10 +54,18 @@ void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json
                      {"type", type_name(r.type())},
                      {"pool", pool},
                      {"time_ns", p.time_ns}};
-    if (r.type() != shm::EventType::kCleared) j["sequence_hash"] = p.sequence_hash;
+    // Every hash also as a decimal string (*_str): jq and JavaScript read JSON numbers as
+    // doubles and silently round 64-bit hashes.
+    if (r.type() != shm::EventType::kCleared) {
+      j["sequence_hash"] = p.sequence_hash;
+      j["sequence_hash_str"] = std::to_string(p.sequence_hash);
+    }
     if (r.type() == shm::EventType::kStored) {
       j["block_hash"] = p.block_hash;
+      j["block_hash_str"] = std::to_string(p.block_hash);
       j["parent_hash"] = r.has_parent() ? nlohmann::json(p.parent_hash) : nlohmann::json(nullptr);
+      j["parent_hash_str"] =
+          r.has_parent() ? nlohmann::json(std::to_string(p.parent_hash)) : nlohmann::json(nullptr);
       j["priority"] = p.priority;
       j["batch_id"] = p.batch_id;
       j["batch_size"] = p.batch_size;
@@ -114,7 +126,13 @@ void run_events(const EventsOptions& o) {
                                              h.event_ring_bytes);
   if (!reader) throw CommandError(reader.status());
   shm::EventRingReader& ring = reader.value();
-  if (o.new_only) ring.seek_to_end();
+  if (o.new_only) {
+    ring.seek_to_end();
+  } else if (!o.all) {
+    // Ids start at 1; the next read clamps to what the ring still holds.
+    const uint64_t end = ring.published();
+    ring.seek(end > o.last + 1 ? end - o.last : 1);
+  }
 
   // Without --follow: everything published when we started, then exit. The reader starts at
   // id 1; a ring that has wrapped since reports the records it no longer holds as lost.
@@ -155,6 +173,9 @@ void add_events_command(CLI::App& app) {
   ctl::add_view_options(cmd, *options);
   cmd->add_flag("-f,--follow", options->follow,
                 "Keep printing new events as they come, until the daemon stops (or Ctrl-C)");
+  cmd->add_option("-n,--last", options->last, "Print the last N events the ring holds")
+      ->capture_default_str();
+  cmd->add_flag("--all", options->all, "Print every event the ring still holds");
   cmd->add_flag("--new", options->new_only, "Skip what the ring holds now: only new events");
   cmd->callback([options] { run_events(*options); });
 }

@@ -6,11 +6,14 @@
 #include <string>
 
 #include "commands.hpp"
+#include "kvpool/core/version.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app("kvpoolctl: inspect a kvpool daemon and compute Dynamo-compatible hashes",
                "kvpoolctl");
   app.require_subcommand(1);
+  app.set_version_flag("--version", "kvpoolctl " + kvpool::version_string(),
+                       "print the version and the git commit, and exit");
   // One line per failure, so scripts and people see the cause without a wall of text.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("kvpoolctl: error: ") + e.what() + " (run with --help for usage)\n";
@@ -23,6 +26,7 @@ int main(int argc, char** argv) {
   kvpool::add_metrics_command(app);
   kvpool::add_check_command(app);
   kvpool::add_events_command(app);
+  kvpool::add_top_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,10 +1,12 @@
 // kvpoolctl status [--instance NAME] [--runtime-dir DIR] [--json]
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "commands.hpp"
 #include "connection.hpp"
 #include "control_view.hpp"
+#include "kvpool/core/version.hpp"
 
 namespace kvpool {
 namespace ctl {
@@ -44,6 +46,10 @@ nlohmann::json status_json(const ControlView& v) {
   nlohmann::json j;
   j["instance"] = std::string(h.instance);
   j["daemon_pid"] = h.daemon_pid;
+  // Empty from daemons that predate the field (its bytes were reserved zeros).
+  std::string version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
+  j["daemon_version"] = version.empty() ? "unknown" : version;
+  j["kvpoolctl_version"] = kvpool::version_string();
   j["clients"] = clients;
   j["max_clients"] = h.max_clients;
   j["reclaimed_clients"] = rl(h.stats.reclaimed_clients);
@@ -91,10 +97,14 @@ void add_status_command(CLI::App& app) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::printf("instance %s (pid %lld): %u client(s), reclaimed %llu client(s) / %llu block(s)\n",
-                j["instance"].get<std::string>().c_str(), static_cast<long long>(j["daemon_pid"].get<int64_t>()),
-                j["clients"].get<uint32_t>(), static_cast<unsigned long long>(j["reclaimed_clients"].get<uint64_t>()),
-                static_cast<unsigned long long>(j["reclaimed_blocks"].get<uint64_t>()));
+    std::printf(
+        "instance %s (pid %lld, kvpoold %s): %u client(s), reclaimed %llu client(s) / %llu "
+        "block(s)\n",
+        j["instance"].get<std::string>().c_str(),
+        static_cast<long long>(j["daemon_pid"].get<int64_t>()),
+        j["daemon_version"].get<std::string>().c_str(), j["clients"].get<uint32_t>(),
+        static_cast<unsigned long long>(j["reclaimed_clients"].get<uint64_t>()),
+        static_cast<unsigned long long>(j["reclaimed_blocks"].get<uint64_t>()));
     std::printf("%-12s %10s %10s %10s %10s %10s %14s %14s  %s\n", "pool", "total", "free",
                 "mutable", "active", "inactive", "match_queries", "match_hits", "hash_scheme");
     for (auto& p : j["pools"]) {

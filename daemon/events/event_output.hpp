@@ -53,6 +53,15 @@ class EventOutput {
   virtual void close() {}
 
   virtual std::string stats_line() const = 0;
+
+  // For /metrics (kvpool-events --metrics-listen): records turned into messages, messages
+  // (NATS messages or vLLM batches) handed to the transport, and those it refused.
+  struct Counters {
+    uint64_t records = 0;
+    uint64_t messages = 0;
+    uint64_t send_errors = 0;
+  };
+  virtual Counters counters() const = 0;
 };
 
 }  // namespace kvpool::events

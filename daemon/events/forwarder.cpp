@@ -50,6 +50,25 @@ void Forwarder::idle(uint32_t& idle_rounds) {
   std::this_thread::sleep_for(std::min(step, options_.max_idle_sleep));
 }
 
+void Forwarder::update_gauges() {
+  const auto r = std::memory_order_relaxed;
+  const EventOutput::Counters c = output_->counters();
+  gauges_.events.store(c.records, r);
+  gauges_.messages.store(c.messages, r);
+  gauges_.publish_errors.store(c.send_errors, r);
+  gauges_.lost_events.store(stats_.lost_events, r);
+  gauges_.resyncs.store(stats_.resyncs, r);
+  gauges_.attached.store(daemon_ ? 1 : 0, r);
+  gauges_.nats_connected.store(output_->connected() ? 1 : 0, r);
+  uint64_t lag = 0;
+  if (daemon_) {
+    const shm::EventRingReader& ring = daemon_->ring();
+    const uint64_t pos = ring.position() == 0 ? 1 : ring.position();  // ids start at 1
+    lag = ring.published() > pos ? ring.published() - pos : 0;
+  }
+  gauges_.lag.store(lag, r);
+}
+
 void Forwarder::log_stats() {
   spdlog::info("{}; laps {} (lost {}), resyncs {} (best-effort {})", output_->stats_line(),
                stats_.laps, stats_.lost_events, stats_.resyncs, stats_.torn_snapshots);
@@ -65,6 +84,7 @@ Status Forwarder::run() {
   uint32_t idle_rounds = 0;
   bool warned_nats = false;
   while (!stop_.load(std::memory_order_relaxed)) {
+    update_gauges();
     const auto now = Clock::now();
     if (now - last_stats > std::chrono::seconds(60)) {
       last_stats = now;

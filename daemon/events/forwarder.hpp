@@ -35,6 +35,20 @@ struct ForwarderStats {
   uint64_t attaches = 0;
 };
 
+// What /metrics of kvpool-events (--metrics-listen) reads from another thread: copies of the
+// counters above, stored by the forwarder's loop once per round (relaxed: each is a figure
+// of its own, none guards another).
+struct ForwarderGauges {
+  std::atomic<uint64_t> events{0};          // ring records turned into messages
+  std::atomic<uint64_t> messages{0};        // messages (NATS) or batches (ZMQ) handed over
+  std::atomic<uint64_t> publish_errors{0};  // messages the transport refused (dropped)
+  std::atomic<uint64_t> lost_events{0};     // records the ring overwrote before we read them
+  std::atomic<uint64_t> resyncs{0};
+  std::atomic<uint64_t> lag{0};  // records published by kvpoold and not yet read by us
+  std::atomic<uint32_t> attached{0};
+  std::atomic<uint32_t> nats_connected{0};  // the output can deliver (NATS up; always for ZMQ)
+};
+
 class Forwarder {
  public:
   Forwarder(ForwarderOptions options, std::unique_ptr<EventOutput> output);
@@ -46,14 +60,18 @@ class Forwarder {
   void stop() { stop_.store(true, std::memory_order_relaxed); }
 
   const ForwarderStats& stats() const { return stats_; }
+  // Safe from any thread.
+  const ForwarderGauges& gauges() const { return gauges_; }
 
  private:
   void resync(const char* why);
   void idle(uint32_t& idle_rounds);
   void log_stats();
+  void update_gauges();
 
   ForwarderOptions options_;
   ForwarderStats stats_;
+  ForwarderGauges gauges_;
   std::unique_ptr<DaemonAttachment> daemon_;
   std::atomic<bool> stop_{false};
   bool need_resync_ = true;

@@ -7,17 +7,23 @@
 //                 [--zmq-replay-endpoint tcp://127.0.0.1:5558] [--zmq-topic T]
 //                 [--replay-buffer N] [--dp-rank R] [--vllm-encoding map|array]
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
+#include <memory>
 
 #include "daemon/events/forwarder.hpp"
 #include "daemon/events/nats_output.hpp"
 #include "daemon/events/vllm_output.hpp"
+#ifdef KVPOOL_EVENTS_METRICS
+#include "daemon/events/forwarder_metrics.hpp"
+#include "http_server.hpp"
+#endif
+#include "kvpool/core/version.hpp"
+#include "service_log.hpp"
 
 namespace {
 
@@ -74,7 +80,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
       ->capture_default_str();
   // Dynamo / NATS
-  app.add_option("--worker-id", nats.identity.worker_id, "[dynamo] this cache's worker id");
+  // CLI11 converts an empty string to 0, and a unit whose KVPOOL_WORKER_ID is unset passes
+  // exactly that: refuse it rather than publish as worker 0 (another host's id, perhaps).
+  app.add_option("--worker-id", nats.identity.worker_id, "[dynamo] this cache's worker id")
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string(
+                               "is empty: give this host's worker id (under systemd: "
+                               "KVPOOL_WORKER_ID in /etc/kvpool/kvpool-events.env)")
+                         : std::string();
+      });
   app.add_option("--nats-url", nats.nats.url, "[dynamo] NATS server")->capture_default_str();
   app.add_option("--namespace", nats.ns, "[dynamo] namespace of the subject")
       ->capture_default_str();
@@ -105,12 +119,19 @@ int main(int argc, char** argv) {
                  "[vllm] map (vLLM today) or array (array_like Structs of older vLLM)")
       ->check(CLI::IsMember({"map", "array"}))
       ->capture_default_str();
+  std::string metrics_listen;
+#ifdef KVPOOL_EVENTS_METRICS
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve the forwarder's metrics on http://ADDR/metrics (e.g. 127.0.0.1:9491; "
+                 "port 0 picks one; default: off)");
+#endif
+  app.set_version_flag("--version", "kvpool-events " + kvpool::version_string(),
+                       "print the version and the git commit, and exit");
   CLI11_PARSE(app, argc, argv);
 
-  auto logger = spdlog::stderr_color_mt("kvpool-events");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  const std::string log_to = kvpool::setup_service_log("kvpool-events", log_level);
+  spdlog::info("kvpool-events {} starting ({}, logging to {})", kvpool::version_string(), format,
+               log_to);
 
   std::unique_ptr<EventOutput> output;
   if (format == "dynamo") {
@@ -141,6 +162,29 @@ int main(int argc, char** argv) {
 
   Forwarder forwarder(o, std::move(output));
   g_forwarder = &forwarder;
+#ifdef KVPOOL_EVENTS_METRICS
+  std::unique_ptr<kvpool::http::HttpServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    auto s = kvpool::http::HttpServer::start(
+        metrics_listen, [&forwarder, &o, &nats](const std::string& path) {
+          kvpool::http::HttpResponse r;
+          if (path != "/metrics") {
+            r.status = 404;
+            r.body = "not found: " + path + " (metrics are at /metrics)\n";
+            return r;
+          }
+          r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+          r.body = forwarder_metrics_text(forwarder, o, nats.identity.worker_id);
+          return r;
+        });
+    if (!s) {
+      std::fprintf(stderr, "kvpool-events: --metrics-listen: %s\n", s.status().to_string().c_str());
+      return 2;
+    }
+    metrics_server = std::move(s.value());
+    spdlog::info("metrics on http://{}/metrics", metrics_server->bound_address());
+  }
+#endif
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

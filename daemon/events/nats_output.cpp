@@ -57,6 +57,11 @@ void NatsOutput::close() {
   if (nats_ && nats_->connected()) (void)nats_->flush(std::chrono::milliseconds(2000));
 }
 
+EventOutput::Counters NatsOutput::counters() const {
+  const auto& b = builder_.stats();
+  return Counters{b.records, b.messages, publish_errors_};
+}
+
 std::string NatsOutput::stats_line() const {
   const BuilderStats& b = builder_.stats();
   return fmt::format(

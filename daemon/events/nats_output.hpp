@@ -42,6 +42,7 @@ class NatsOutput final : public EventOutput {
   bool in_sync() const override { return builder_.in_sync(); }
   void close() override;
   std::string stats_line() const override;
+  Counters counters() const override;
 
   const std::string& subject() const { return subject_; }
 

@@ -38,6 +38,7 @@
 #include "daemon/events/router_event.hpp"
 #include "daemon/events/router_index.hpp"
 #include "kvpool/core/token_block.hpp"
+#include "kvpool/core/version.hpp"
 
 namespace {
 
@@ -72,6 +73,7 @@ nlohmann::json overlap_json(State& st, const std::vector<uint64_t>& hashes) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvpool-router-demo: a KV-aware router's index, fed by kvpool-events over NATS"};
+  app.set_version_flag("--version", "kvpool-router-demo " + kvpool::version_string());
   NatsOptions nats;
   nats.name = "kvpool-router-demo";
   std::string ns = "dynamo", component = "kvpool", log_level = "warn";

@@ -37,6 +37,11 @@ void VllmOutput::serve() {
   if (zmq_) zmq_->serve_replay();
 }
 
+EventOutput::Counters VllmOutput::counters() const {
+  const auto& b = builder_.stats();
+  return Counters{b.records, b.batches, send_errors_};
+}
+
 std::string VllmOutput::stats_line() const {
   const VllmBuilderStats& b = builder_.stats();
   return fmt::format(

@@ -34,6 +34,7 @@ class VllmOutput final : public EventOutput {
   bool in_sync() const override { return builder_.in_sync(); }
   void close() override { builder_.flush(); }
   std::string stats_line() const override;
+  Counters counters() const override;
 
  private:
   VllmOutputOptions options_;

@@ -13,6 +13,7 @@
 
 #include "device_view.hpp"
 #include "kvpool/core/paths.hpp"
+#include "kvpool/core/version.hpp"
 #include "kvpool/cuda/device.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
@@ -55,6 +56,7 @@ Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& ins
   h.type = type;
   h.layout_major = major;
   h.layout_minor = shm::kLayoutMinor;
+  h.client_version = version_packed();
   std::memcpy(h.instance, instance.data(), std::min(instance.size(), sizeof(h.instance) - 1));
   KVPOOL_RETURN_IF_ERROR(shm::send_message(fd, std::as_bytes(std::span(&h, 1))));
   alignas(8) std::byte buf[512];

@@ -495,6 +495,107 @@ TEST_F(KvpoolctlTest, EventsPrintsTheStoredBatchOfARegisterCall) {
   EXPECT_NE(r.out.find("parent=" + std::to_string(h0)), std::string::npos) << r.out;
 }
 
+// Issue 17, items 8 and 9: the figures operators compare with vLLM and Dynamo KVBM, exact
+// for the holdings attach_and_hold() makes (g2: 3 allocated, 2 registered and matched, 1
+// mutable; g3: 1 mutable), and the versions of the daemon and of kvpoolctl.
+TEST_F(KvpoolctlTest, MetricsGiveTokensUsageBytesClientsAndVersions) {
+  auto held = attach_and_hold();
+  RunResult r = ctl_on("metrics");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  ParsedMetrics m = parse_prometheus(r.out);
+  const double page = g2_layout().page_size;
+  EXPECT_EQ(m.types["kvpool_prefix_cache_queries_tokens_total"], "counter");
+  EXPECT_EQ(m.get("kvpool_prefix_cache_queries_tokens_total", {{"pool", "g2"}}), 2 * page);
+  EXPECT_EQ(m.get("kvpool_prefix_cache_hits_tokens_total", {{"pool", "g2"}}), 2 * page);
+  EXPECT_EQ(m.get("kvpool_prefix_cache_queries_tokens_total", {{"pool", "g3"}}), 0);
+  // In use: active 2 + mutable 1 of 64; occupied adds inactive (none yet).
+  EXPECT_DOUBLE_EQ(m.get("kvpool_pool_usage_ratio", {{"pool", "g2"}}), 3.0 / 64);
+  EXPECT_DOUBLE_EQ(m.get("kvpool_pool_occupancy_ratio", {{"pool", "g2"}}), 3.0 / 64);
+  EXPECT_DOUBLE_EQ(m.get("kvpool_pool_usage_ratio", {{"pool", "g3"}}), 1.0 / 32);
+  const double g2_bytes = Layout::create(g2_layout())->total_bytes();
+  EXPECT_EQ(m.get("kvpool_pool_bytes", {{"pool", "g2"}, {"storage", "host"}}), g2_bytes);
+  EXPECT_EQ(m.get("kvpool_pool_block_bytes", {{"pool", "g2"}}),
+            static_cast<double>(Layout::create(g2_layout())->block_bytes()));
+
+  // Per client: this process is the only one attached.
+  json clients = ctl_json("clients")["clients"];
+  ASSERT_EQ(clients.size(), 1u) << clients.dump();
+  const std::string slot = std::to_string(clients[0]["slot"].get<uint32_t>());
+  const std::string pid = std::to_string(getpid());
+  EXPECT_EQ(m.get("kvpool_client_blocks_held", {{"slot", slot}, {"pid", pid}, {"kind", "mutable"}}),
+            2);
+  EXPECT_EQ(
+      m.get("kvpool_client_blocks_held", {{"slot", slot}, {"pid", pid}, {"kind", "registered"}}),
+      2);
+  EXPECT_EQ(m.get("kvpool_client_references_held", {{"slot", slot}, {"pid", pid}}), 4);
+  EXPECT_GE(m.get("kvpool_client_requests_total", {{"slot", slot}, {"pid", pid}}), 4);
+  EXPECT_EQ(m.types["kvpool_client_requests_total"], "counter");
+
+  // Versions: kvpoolctl --version names the one this build stamped into kvpoold too.
+  RunResult v = ctl({"--version"});
+  ASSERT_EQ(v.exit_code, 0) << v.describe();
+  std::smatch vm;
+  ASSERT_TRUE(std::regex_search(v.out, vm, std::regex(R"(^kvpoolctl (\S+) \(git (\S+)\)\n$)")))
+      << v.out;
+  const std::string version = vm[1], commit = vm[2];
+  EXPECT_EQ(m.get("kvpool_build_info", {{"version", version}, {"git_commit", commit}}), 1);
+  json st = ctl_json("status");
+  EXPECT_EQ(st["daemon_version"], version + " (git " + commit + ")") << st.dump();
+  RunResult text = ctl_on("status");
+  EXPECT_NE(text.out.find("kvpoold " + version + " (git " + commit + ")"), std::string::npos)
+      << text.out;
+}
+
+// Issue 17, item 13: `events` prints the last 20 (like tail), --last N and --all change
+// that, and --json carries every hash as a decimal string too (jq rounds big numbers).
+TEST_F(KvpoolctlTest, EventsPrintTheLastTwentyAndHashesAsStrings) {
+  ConnectOptions opts;
+  opts.runtime_dir = daemon_->runtime_dir;
+  auto c = Client::connect(daemon_->instance, opts);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  auto g2 = c->pool("g2");
+  ASSERT_TRUE(g2.is_ok());
+  constexpr int kEvents = 25;  // one register call each: 25 stored events, ids 1..25
+  std::vector<ImmutableBlock> keep;
+  for (int i = 0; i < kEvents; ++i) {
+    auto blocks = g2->allocate_blocks(1);
+    ASSERT_TRUE(blocks.is_ok()) << blocks.status().to_string();
+    MutableBlock b = std::move((*blocks)[0]);
+    std::vector<Token> tokens(g2_layout().page_size, static_cast<Token>(1000 + i));
+    ASSERT_TRUE(b.init_sequence(3, std::nullopt).is_ok() && b.add_tokens(tokens) &&
+                b.commit().is_ok());
+    std::vector<MutableBlock> one;
+    one.push_back(std::move(b));
+    auto reg = g2->register_blocks(std::move(one));
+    ASSERT_TRUE(reg.is_ok()) << reg.status().to_string();
+    keep.push_back((*reg)[0]);
+  }
+  auto ids = [](const std::string& out) {
+    std::vector<uint64_t> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) v.push_back(std::stoull(line));
+    return v;
+  };
+  RunResult r = ctl_on("events");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<uint64_t> got = ids(r.out);
+  ASSERT_EQ(got.size(), 20u) << r.out;
+  EXPECT_EQ(got.front(), kEvents - 19u);
+  EXPECT_EQ(got.back(), static_cast<uint64_t>(kEvents));
+  r = ctl_on("events", {"--last", "3"});
+  EXPECT_EQ(ids(r.out), (std::vector<uint64_t>{23, 24, 25})) << r.out;
+  r = ctl_on("events", {"--all"});
+  EXPECT_EQ(ids(r.out).size(), static_cast<size_t>(kEvents)) << r.out;
+
+  r = ctl_on("events", {"--json", "--last", "1"});
+  ASSERT_EQ(count_lines(r.out), 1u) << r.out;
+  json e = json::parse(r.out);
+  EXPECT_EQ(e["sequence_hash_str"], std::to_string(keep.back().sequence_hash())) << e.dump();
+  EXPECT_EQ(e["sequence_hash"].get<uint64_t>(), keep.back().sequence_hash());
+  EXPECT_EQ(e["block_hash_str"], std::to_string(e["block_hash"].get<uint64_t>()));
+  EXPECT_TRUE(e["parent_hash_str"].is_null());
+}
+
 TEST_F(KvpoolctlTest, EventsFollowShowsStoredThenRemovedAsTheyHappen) {
   std::vector<std::string> argv{KVPOOLCTL_PATH, "events", "--follow", "--json"};
   for (auto& a : target()) argv.push_back(a);

@@ -221,7 +221,10 @@ nlohmann::json RouterProcess::command(const std::string& line, std::chrono::mill
 
 std::map<std::string, uint32_t> RouterProcess::overlap(const std::vector<Token>& tokens) {
   std::string line = "overlap";
-  for (Token t : tokens) line += " " + std::to_string(t);
+  for (Token t : tokens) {
+    line += ' ';  // not `" " + std::to_string(t)`: a false -Wrestrict at -O3 (GCC bug 105329)
+    line += std::to_string(t);
+  }
   auto j = command(line);
   std::map<std::string, uint32_t> out;
   for (auto& [w, n] : j["overlap"].items()) out[w] = n.get<uint32_t>();

@@ -71,6 +71,35 @@ grep -qx "ExecStart=$prefix/bin/kvpoold --config $prefix/etc/kvpool/kvpoold.json
   fail "installed unit's ExecStart= does not point into the prefix: $(grep ExecStart= "$prefix/lib/systemd/system/kvpoold.service")"
 echo "ok: installed into $prefix"
 
+# Every installed unit points into the prefix and verifies as systemd reads it; the
+# forwarder's settings file is installed where its unit looks for it.
+for unit in kvpool-events kvpool-exporter; do
+  [ -x "$prefix/bin/$unit" ] || continue
+  u="$prefix/lib/systemd/system/$unit.service"
+  [ -e "$u" ] || fail "$unit is installed but not $unit.service"
+  grep -q "^ExecStart=$prefix/bin/$unit " "$u" ||
+    fail "installed $unit.service's ExecStart= does not point into the prefix: $(grep ExecStart= "$u")"
+  if grep -v '^#' "$u" | grep -Eq '(=|=-| )/(usr/bin|etc/kvpool)/'; then
+    fail "installed $unit.service still names /usr/bin or /etc/kvpool: $(grep -v '^#' "$u" | grep -E '(=|=-| )/(usr/bin|etc/kvpool)/')"
+  fi
+done
+if [ -x "$prefix/bin/kvpool-events" ]; then
+  grep -q "^EnvironmentFile=-$prefix/etc/kvpool/kvpool-events.env$" "$prefix/lib/systemd/system/kvpool-events.service" ||
+    fail "kvpool-events.service's EnvironmentFile= is not the installed one"
+  [ -e "$prefix/etc/kvpool/kvpool-events.env" ] || fail "kvpool-events.env is not installed"
+fi
+if command -v systemd-analyze >/dev/null 2>&1; then
+  for u in "$prefix"/lib/systemd/system/*.service; do
+    systemd-analyze verify --man=no "$u" >"$tmp/verify.out" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] || grep -q "$(basename "$u")" "$tmp/verify.out"; then
+      cat "$tmp/verify.out" >&2
+      fail "systemd-analyze verify $u: exit $rc, or complaints about it (above)"
+    fi
+  done
+  echo "ok: systemd-analyze verify passes on every installed unit"
+fi
+
 # ---- 2. libkvpool.so is self-contained ---------------------------------------------------
 lib="$(readlink -f "$libdir/libkvpool.so")"
 undefined="$(nm -DC --undefined-only "$lib" | grep 'kvpool::' || true)"

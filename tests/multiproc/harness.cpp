@@ -620,7 +620,12 @@ std::vector<uint64_t> parse_list(const std::string& csv) {
 
 std::string join_list(const std::vector<uint64_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  // Two appends, not `"," + std::to_string(...)`: g++ 12 -O3 (Release) reports a false
+  // -Wrestrict inside that operator+ (GCC bug 105329).
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 

@@ -688,5 +688,45 @@ TEST(TrustBoundary, WriteThroughAnImmutableBlockFaultsInTheWriterOnly) {
   expect_invariants(v);
 }
 
+// Operations issue, bug 3: a client that takes over a slot starts from zero, not from its
+// predecessor's request and hit counts (kvpoolctl clients, /metrics).
+TEST(SlotCounters, ANewClientInAReusedSlotStartsFromZero) {
+  auto cfg = test_config();
+  cfg["max_clients"] = 1;  // every client gets the one slot its predecessor had
+  DaemonProcess d(cfg);
+  d.start();
+  auto v = d.view();
+  std::string hashes;
+  {
+    WorkerProcess writer(d, "writer", {"--blocks", "2"});
+    writer.expect_line("READY slot=0");
+    std::string reg = writer.expect_line("REGISTERED");
+    hashes = reg.substr(reg.find("hashes=") + 7, reg.find(" ids=") - reg.find("hashes=") - 7);
+    writer.close_stdin();
+    ASSERT_TRUE(writer.wait_exit(10s));
+  }
+  wait_until([&] { return slot_free(v, 0); }, 10s, "the writer to detach");
+  {
+    WorkerProcess reader(d, "reader",
+                         {hashes.substr(0, hashes.find(',')), hashes.substr(hashes.find(',') + 1)});
+    reader.expect_line("READY slot=0");
+    reader.expect_line("MATCHED n=2");
+    reader.expect_line("VERIFIED");
+    for (int i = 0; i < 20; ++i) reader.command("ping");
+    EXPECT_EQ(stat_of(v.slot(0).match_hits), 2u);
+    EXPECT_GE(stat_of(v.slot(0).requests), 21u);
+    reader.close_stdin();
+    ASSERT_TRUE(reader.wait_exit(10s));
+  }
+  wait_until([&] { return slot_free(v, 0); }, 10s, "the reader to detach");
+  WorkerProcess next(d, "holder", {"--mutable", "1", "--register", "0"});
+  next.expect_line("READY slot=0");
+  next.expect_line("HOLDING");
+  // One allocate of its own; none of its predecessors' requests or hits.
+  EXPECT_EQ(stat_of(v.slot(0).requests), 1u);
+  EXPECT_EQ(stat_of(v.slot(0).match_hits), 0u);
+  EXPECT_EQ(stat_of(v.slot(0).rejected_handles), 0u);
+}
+
 }  // namespace
 }  // namespace kvpool::mptest

@@ -63,3 +63,13 @@ def test_import_from_cmake_install_output(daemon):
                              env=env, capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, run.stderr
         assert run.stdout.split() == ["2", "14643705804678351452"]
+
+
+def test_version_is_the_one_the_programs_print():
+    # kvpoolctl links the same libkvpool: "kvpoolctl 0.1.0 (git <commit>)".
+    out = subprocess.run([os.environ["KVPOOLCTL"], "--version"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[0] == "kvpoolctl"
+    assert out[1] == kvpool.__version__
+    assert kvpool.__version__.count(".") == 2
+    assert out[3].rstrip(")") == kvpool.__git_commit__

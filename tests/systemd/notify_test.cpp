@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "kvpool/client.hpp"
@@ -85,6 +86,55 @@ double max_gap_ms(Clock::time_point start, const std::vector<Clock::time_point>&
     prev = t;
   }
   return worst;
+}
+
+// A host pool of 1 GiB or more is pre-faulted with progress: STATUS= lines counting up to
+// 100% and EXTEND_TIMEOUT_USEC= (so TimeoutStartSec= does not kill a daemon that makes
+// progress), all before READY=1.
+TEST(SystemdNotify, LargePoolsReportPrefaultProgressBeforeReady) {
+  TempDir dir("kvpool-notify");
+  Daemon d;
+  d.instance = unique_instance("big");
+  d.runtime_dir = dir.path();
+  d.log_path = dir.path() + "/kvpoold.log";
+  d.notify = std::make_unique<NotifySocket>(dir.path() + "/notify");
+  const std::string config = dir.path() + "/big.json";
+  // 512 blocks of 2 MiB: 1 GiB, four pre-fault steps.
+  std::ofstream(config) << R"({"pools": [{"name": "big", "num_blocks": 512, "layout":
+      {"num_layers": 32, "outer_dim": 2, "page_size": 16, "inner_dim": 1024,
+       "dtype_bytes": 2, "alignment": 256}}]})";
+  d.child = std::make_unique<Child>(
+      std::vector<std::string>{KVPOOLD_PATH, "--config", config, "--instance", d.instance,
+                               "--runtime-dir", dir.path()},
+      std::vector<std::string>{"NOTIFY_SOCKET=" + d.notify->path()}, d.log_path);
+  std::vector<std::string> before_ready;
+  auto deadline = Clock::now() + 120s;
+  while (true) {
+    auto m = d.notify->receive(deadline);
+    ASSERT_TRUE(m) << "no READY=1 within 120 s; log:\n" << d.log();
+    if (*m == "READY=1") break;
+    before_ready.push_back(*m);
+  }
+  std::vector<std::string> progress;
+  bool extended = false;
+  for (const auto& m : before_ready) {
+    if (m.rfind("STATUS=starting: pool 'big' pre-faulting ", 0) == 0) progress.push_back(m);
+    extended |= m.rfind("EXTEND_TIMEOUT_USEC=", 0) == 0;
+  }
+  ASSERT_GE(progress.size(), 2u) << "messages before READY=1: "
+                                 << ::testing::PrintToString(before_ready);
+  EXPECT_NE(progress.front().find("0.0 GiB of 1.0 GiB (0%)"), std::string::npos)
+      << progress.front();
+  EXPECT_NE(progress.back().find("1.0 GiB of 1.0 GiB (100%)"), std::string::npos)
+      << progress.back();
+  EXPECT_TRUE(extended) << ::testing::PrintToString(before_ready);
+  EXPECT_NE(d.log().find("pool 'big': 1.0 GiB of host memory ready in "), std::string::npos)
+      << d.log();
+  // A clean stop removes the 1 GiB object (a SIGKILL would leave it in /dev/shm).
+  d.child->signal(SIGTERM);
+  auto st = d.child->wait_exit(30s);
+  ASSERT_TRUE(st) << "kvpoold did not stop on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << d.log();
 }
 
 TEST(SystemdNotify, ReadyStatusWatchdogStopping) {

@@ -18,6 +18,8 @@ import concurrent.futures as _futures
 import threading as _threading
 
 from ._kvpool import (  # noqa: F401
+    __git_commit__,
+    __version__,
     BlockEmpty,
     BlockFull,
     Client,

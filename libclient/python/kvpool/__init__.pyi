@@ -195,6 +195,9 @@ class Client:
     @property
     def slot(self) -> int: ...
 
+__version__: str
+__git_commit__: str
+
 def hash_tokens(tokens: _IntSeq, page_size: int, salt: int = 0) -> Tuple[list[int], list[int]]:
     """(block_hashes, sequence_hashes) of the full blocks of tokens (Dynamo-compatible)."""
     ...

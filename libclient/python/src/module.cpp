@@ -15,6 +15,7 @@
 #include "int_sequence.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/core/token_block.hpp"
+#include "kvpool/core/version.hpp"
 
 namespace py = pybind11;
 
@@ -212,6 +213,10 @@ PYBIND11_MODULE(_kvpool, m) {
       .def("wait", &PendingAllocate::wait, "The answer (blocks until kvpoold gives it).");
   py::class_<PendingImmutables>(m, "_PendingImmutables")
       .def("wait", &PendingImmutables::wait, "The answer (blocks until kvpoold gives it).");
+
+  // The libkvpool this extension was built with (kvpool/core/version.hpp).
+  m.attr("__version__") = kvpool::version();
+  m.attr("__git_commit__") = kvpool::git_commit();
 
   py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
       .def("_allocate_blocks_send", &PoolObject::allocate_send, py::arg("count"))

@@ -1,5 +1,6 @@
 #include "kvpool/shm/unix_socket.hpp"
 
+#include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,7 +10,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 namespace kvpool::shm {
 namespace {
@@ -62,6 +66,33 @@ Status remove_stale_socket(const std::string& path, const sockaddr_un& addr, soc
   return {};
 }
 
+// EACCES on connect: say which group grants access (the socket's, or, when its directory
+// cannot be searched, the directory's), so the fix is one command, not a guess.
+Status permission_denied(const std::string& path) {
+  auto describe = [](const std::string& what, const struct stat& st) {
+    const group* g = getgrgid(st.st_gid);
+    std::string name = g != nullptr ? g->gr_name : std::to_string(st.st_gid);
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::make_pair(name, what + " is group '" + name + "', mode " + mode);
+  };
+  struct stat st {};
+  std::string where, group_name;
+  if (::stat(path.c_str(), &st) == 0) {
+    std::tie(group_name, where) = describe("the socket", st);
+  } else {
+    const std::string dir =
+        path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
+    if (!dir.empty() && ::stat(dir.c_str(), &st) == 0)
+      std::tie(group_name, where) = describe("its directory " + dir, st);
+  }
+  std::string msg = "permission denied connecting to " + path;
+  if (group_name.empty()) return Status(ErrorCode::kPermissionDenied, msg);
+  return Status(ErrorCode::kPermissionDenied,
+                msg + ": " + where + "; join that group (sudo usermod -aG " + group_name +
+                    " $USER, then log in again) or run the worker as a member of it");
+}
+
 }  // namespace
 
 Result<UniqueFd> listen_unix(const std::string& path) {
@@ -92,6 +123,7 @@ Result<UniqueFd> connect_unix(const std::string& path) {
     if (errno == ENOENT || errno == ECONNREFUSED) {
       return Status(ErrorCode::kNotFound, "no daemon listening on " + path);
     }
+    if (errno == EACCES) return permission_denied(path);
     return io_error("connect " + path, errno);
   }
   return fd;

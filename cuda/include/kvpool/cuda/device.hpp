@@ -1,6 +1,8 @@
 // Every CUDA call kvpool makes, behind one interface that compiles without CUDA.
 //
-// Built with KVPOOL_WITH_CUDA this is the CUDA runtime (src/device.cpp); without it a stub
+// Built with KVPOOL_WITH_CUDA this is the CUDA runtime (src/device.cpp), loaded with dlopen
+// on first use (src/cudart.hpp): a host without it has device_count() 0 and a reason naming
+// the library, and everything host-only works. Without KVPOOL_WITH_CUDA a stub
 // (src/device_stub.cpp) answers kUnsupported "kvpool was built without CUDA ...", and
 // device_count() is 0. No CUDA header leaks out of here, so the daemon, libkvpool and the
 // tests compile the same in both builds.

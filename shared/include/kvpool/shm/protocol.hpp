@@ -39,7 +39,9 @@ struct Hello {
   MsgType type;  // kHello or kObserve
   uint16_t layout_major;
   uint16_t layout_minor;
-  uint32_t reserved;
+  // kvpool::version_packed() of the client's library (0 from clients before 0.1.0, when
+  // this was a reserved zero): the daemon logs it, kvpoolctl shows the daemon's own.
+  uint32_t client_version;
   char instance[64];
 };
 static_assert(sizeof(Hello) == 80 && std::is_trivially_copyable_v<Hello>);

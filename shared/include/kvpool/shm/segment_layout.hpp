@@ -107,7 +107,9 @@ struct ControlHeader {
   // one (event_ring_slots 0, or a minor-0 daemon, whose reserved bytes here are zero).
   uint64_t event_ring_offset;
   uint64_t event_ring_bytes;
-  uint8_t reserved1[32];
+  // kvpool::version_string() of the daemon, NUL-terminated ("0.1.0 (git 3f0eb92)", cut to
+  // fit); all zero (empty) from daemons before it was written, whose reserved bytes these were.
+  char daemon_version[32];
   // offset 192
   alignas(64) ControlStats stats;
   // offset 320. Minor 2 (header_bytes >= 512): per-request engine time.
@@ -120,6 +122,7 @@ static_assert(offsetof(ControlHeader, daemon_sleeping) == 132);
 static_assert(offsetof(ControlHeader, heartbeat_ns) == 136);
 static_assert(offsetof(ControlHeader, event_ring_offset) == 144);
 static_assert(offsetof(ControlHeader, event_ring_bytes) == 152);
+static_assert(offsetof(ControlHeader, daemon_version) == 160);
 static_assert(offsetof(ControlHeader, stats) == 192);
 static_assert(offsetof(ControlHeader, request_latency) == 320);
 static_assert(sizeof(ControlHeader) == 512);
@@ -136,7 +139,8 @@ struct SlotInfo {
   // Minor 4: release handles the daemon refused (stale, foreign, unknown); zeroed with the
   // other counters when the slot is reused.
   std::atomic<uint64_t> rejected_handles;
-  uint8_t reserved[16];
+  std::atomic<uint64_t> match_hits;  // blocks its matches found (per-client hit figures)
+  uint8_t reserved[8];
 };
 static_assert(std::is_standard_layout_v<SlotInfo>);
 static_assert(sizeof(SlotInfo) == 64);

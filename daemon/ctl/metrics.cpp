@@ -1,0 +1,321 @@
+#include "metrics.hpp"
+
+#include <time.h>
+
+#include <charconv>
+#include <cstring>
+#include <iterator>
+
+#include "kvpool/core/layout.hpp"
+#include "kvpool/core/version.hpp"
+
+namespace kvpool::metrics {
+namespace {
+
+std::string format_value(const Value& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v)) return std::to_string(*u);
+  return format_double(std::get<double>(v));
+}
+
+std::string escape(const std::string& v, bool quotes) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+double ratio(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+Family build_info() {
+  return Family{"kvpool_build_info",
+                "gauge",
+                "Constant 1; labels give the version and git commit of the kvpool program "
+                "serving these metrics.",
+                {{"", {{"version", version()}, {"git_commit", git_commit()}}, uint64_t{1}}}};
+}
+
+std::vector<Family> collect(const ctl::ControlView& v) {
+  auto rl = [](const auto& a) -> uint64_t { return a.load(std::memory_order_relaxed); };
+  const shm::ControlHeader& h = *v.header;
+  std::vector<Family> f;
+  auto family = [&](std::string name, std::string type, std::string help) -> Family& {
+    f.push_back(Family{"kvpool_" + std::move(name), std::move(type), std::move(help), {}});
+    return f.back();
+  };
+
+  // ---- daemon --------------------------------------------------------------------------
+  // daemon_version is written once before the daemon turns ready; empty from older daemons.
+  std::string daemon_version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
+  family("daemon_info", "gauge",
+         "Constant 1; labels name the daemon instance, its pid, shm layout and version.")
+      .samples.push_back({"",
+                          {{"kvpool_instance", h.instance},
+                           {"pid", std::to_string(h.daemon_pid)},
+                           {"layout_version",
+                            std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor)},
+                           {"version", daemon_version.empty() ? "unknown" : daemon_version}},
+                          uint64_t{1}});
+  family("daemon_start_time_seconds", "gauge", "Unix time the daemon started.")
+      .samples.push_back({"", {}, static_cast<double>(h.start_time_ns) / 1e9});
+  {
+    uint64_t hb = rl(h.heartbeat_ns), now = clock_ns(CLOCK_MONOTONIC);
+    family("engine_heartbeat_age_seconds", "gauge",
+           "Seconds since the progress engine last did its periodic work (about every 50 ms "
+           "when healthy).")
+        .samples.push_back(
+            {"", {}, hb != 0 && now > hb ? static_cast<double>(now - hb) / 1e9 : 0.0});
+  }
+  uint64_t by_state[4] = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < h.max_clients; ++i) {
+    uint32_t s = v.slots[i].state.load(std::memory_order_relaxed);
+    if (s < 4) ++by_state[s];
+  }
+  family("clients_attached", "gauge", "Clients attached now (any state but free).")
+      .samples.push_back({"", {}, by_state[1] + by_state[2] + by_state[3]});
+  {
+    Family& c = family("clients", "gauge", "Client slots by state.");
+    c.samples.push_back({"", {{"state", "attaching"}}, by_state[1]});
+    c.samples.push_back({"", {{"state", "attached"}}, by_state[2]});
+    c.samples.push_back({"", {{"state", "suspect"}}, by_state[3]});
+  }
+  family("client_slots", "gauge", "Client slots (max_clients).")
+      .samples.push_back({"", {}, uint64_t{h.max_clients}});
+  auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& a) {
+    family(name, "counter", help).samples.push_back({"", {}, rl(a)});
+  };
+  counter("attaches_total", "Client attaches completed.", h.stats.clients_attached);
+  counter("detaches_total", "Clean client detaches.", h.stats.clients_detached);
+  counter("reclaimed_clients_total", "Clients that died and were reclaimed by the daemon.",
+          h.stats.reclaimed_clients);
+  counter("reclaimed_blocks_total", "Blocks returned to the pools by those reclaims.",
+          h.stats.reclaimed_blocks);
+  counter("requests_total", "Request records processed by the progress engine.", h.stats.requests);
+  counter("protocol_errors_total", "Malformed request records answered with an error.",
+          h.stats.protocol_errors);
+  counter("disconnects_total", "Clients cut off for corrupting their rings.", h.stats.disconnects);
+  counter("refused_attaches_total", "Attaches refused (version, uid/gid, capacity).",
+          h.stats.refused_attaches);
+  counter("engine_sleeps_total", "Times the progress engine parked for lack of work.",
+          h.stats.engine_sleeps);
+  {  // every layout-2 daemon has the reclaim times
+    // The family always, its sample once a reclaim happened (no figure beats a made-up 0).
+    Family& last = family("last_reclaim_duration_seconds", "gauge",
+                          "Engine time of the last reclaim, from taking up the dead client's "
+                          "hang-up to its blocks being back.");
+    uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
+    if (noticed != 0 && done >= noticed)
+      last.samples.push_back({"", {}, static_cast<double>(done - noticed) / 1e9});
+  }
+
+  if (const shm::LatencyHistogram* lat = ctl::request_latency(v)) {
+    Family& hist = family("request_duration_seconds", "histogram",
+                          "Progress-engine time per request record, from taking it off the "
+                          "ring to publishing its answer.");
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i <= shm::kLatencyBounds; ++i) {
+      cumulative += rl(lat->buckets[i]);
+      std::string le = i < shm::kLatencyBounds
+                           ? format_double(static_cast<double>(shm::kLatencyBoundsNs[i]) / 1e9)
+                           : "+Inf";
+      hist.samples.push_back({"_bucket", {{"le", le}}, cumulative});
+    }
+    // _count is the +Inf bucket, read once, so the two always agree.
+    hist.samples.push_back({"_sum", {}, static_cast<double>(rl(lat->sum_ns)) / 1e9});
+    hist.samples.push_back({"_count", {}, cumulative});
+  }
+
+  // ---- pools ---------------------------------------------------------------------------
+  // Indices, not references: f grows while the families are filled.
+  auto index_of = [&](std::string name, std::string type, std::string help) {
+    family(std::move(name), std::move(type), std::move(help));
+    return f.size() - 1;
+  };
+  const size_t blocks = index_of("blocks", "gauge", "Blocks of a pool by state.");
+  const size_t size = index_of("pool_blocks", "gauge", "Blocks in a pool (num_blocks).");
+  const size_t bytes = index_of("pool_bytes", "gauge",
+                                "Bytes of KV data a pool holds (num_blocks x block bytes), in "
+                                "host shared memory or GPU memory (storage label).");
+  const size_t block_bytes = index_of("pool_block_bytes", "gauge", "Bytes of one block of a pool.");
+  const size_t usage =
+      index_of("pool_usage_ratio", "gauge",
+               "Fraction of a pool's blocks in use by some client: (active + mutable) / total.");
+  const size_t occupancy = index_of(
+      "pool_occupancy_ratio", "gauge",
+      "Fraction of a pool's blocks holding data: (active + mutable + inactive) / total; the "
+      "rest are free.");
+  const size_t holds = index_of("pool_hold_records_used", "gauge",
+                                "(client, block) reference records in use (of max_holds).");
+  const size_t q_tokens =
+      index_of("prefix_cache_queries_tokens_total", "counter",
+               "Tokens asked for by match (hashes x page_size); vLLM's prefix_cache_queries.");
+  const size_t h_tokens = index_of(
+      "prefix_cache_hits_tokens_total", "counter",
+      "Tokens match answered from the cache (hit hashes x page_size); vLLM's prefix_cache_hits.");
+  struct PoolCounter {
+    const char* name;
+    const char* help;
+    std::atomic<uint64_t> pool::PoolStats::*field;
+  };
+  const PoolCounter pool_counters[] = {
+      {"allocations_total", "Blocks handed out by allocate.", &pool::PoolStats::allocations},
+      {"evictions_total", "Inactive registered blocks evicted to satisfy allocate.",
+       &pool::PoolStats::evictions},
+      {"registrations_total", "Blocks newly registered.", &pool::PoolStats::registrations},
+      {"register_dedups_total", "Registrations answered by an already registered block.",
+       &pool::PoolStats::register_dedups},
+      {"match_queries_total", "Sequence hashes (blocks) asked for by match.",
+       &pool::PoolStats::match_queries},
+      {"match_hits_total", "Sequence hashes (blocks) match answered with a block.",
+       &pool::PoolStats::match_hits},
+      {"released_references_total", "Immutable block references dropped.",
+       &pool::PoolStats::released_refs},
+      {"rejected_handles_total", "Stale, foreign or unknown block handles refused.",
+       &pool::PoolStats::rejected_handles},
+  };
+  std::vector<size_t> counter_family;
+  for (const auto& pc : pool_counters)
+    counter_family.push_back(index_of(pc.name, "counter", pc.help));
+  for (size_t i = 0; i < v.pools.size(); ++i) {
+    const auto& p = v.pools[i];
+    const shm::PoolInfo& info = *v.pool_infos[i];
+    const std::string& name = p.name();
+    pool::PoolCounts c = p.counts();
+    const pool::PoolStats& s = p.stats();
+    auto& b = f[blocks].samples;
+    b.push_back({"", {{"pool", name}, {"state", "free"}}, uint64_t{c.free}});
+    b.push_back({"", {{"pool", name}, {"state", "mutable"}}, uint64_t{c.mutable_blocks}});
+    b.push_back({"", {{"pool", name}, {"state", "active"}}, uint64_t{c.active}});
+    b.push_back({"", {{"pool", name}, {"state", "inactive"}}, uint64_t{c.inactive}});
+    f[size].samples.push_back({"", {{"pool", name}}, uint64_t{c.total}});
+    f[bytes].samples.push_back(
+        {"", {{"pool", name}, {"storage", ctl::storage_name(info.storage)}}, info.data_bytes});
+    auto layout = Layout::create(info.layout);
+    f[block_bytes].samples.push_back(
+        {"", {{"pool", name}}, layout ? uint64_t{layout->block_bytes()} : uint64_t{0}});
+    f[usage].samples.push_back(
+        {"", {{"pool", name}}, ratio(uint64_t{c.active} + c.mutable_blocks, c.total)});
+    f[occupancy].samples.push_back(
+        {"", {{"pool", name}}, ratio(uint64_t{c.active} + c.mutable_blocks + c.inactive, c.total)});
+    f[holds].samples.push_back({"", {{"pool", name}}, rl(s.holds_used)});
+    const uint64_t page = info.layout.page_size;
+    f[q_tokens].samples.push_back({"", {{"pool", name}}, rl(s.match_queries) * page});
+    f[h_tokens].samples.push_back({"", {{"pool", name}}, rl(s.match_hits) * page});
+    for (size_t k = 0; k < std::size(pool_counters); ++k)
+      f[counter_family[k]].samples.push_back({"", {{"pool", name}}, rl(s.*pool_counters[k].field)});
+  }
+
+  // ---- clients -------------------------------------------------------------------------
+  // Per attached client, labelled by slot and pid (a slot is reused; its pid says by whom).
+  const size_t c_requests = index_of("client_requests_total", "counter",
+                                     "Request records the progress engine took from a client.");
+  const size_t c_errors =
+      index_of("client_protocol_errors_total", "counter", "Malformed request records of a client.");
+  const size_t c_hits = index_of("client_match_hits_total", "counter",
+                                 "Blocks a client's matches found in the registry (its hits).");
+  const size_t c_rejected =
+      index_of("client_rejected_handles_total", "counter",
+               "Release handles of a client the daemon refused (stale, foreign, unknown).");
+  const size_t c_blocks =
+      index_of("client_blocks_held", "gauge",
+               "Blocks a client holds now, all pools: its mutable blocks (kind=mutable) and the "
+               "distinct registered blocks it references (kind=registered).");
+  const size_t c_refs = index_of("client_references_held", "gauge",
+                                 "References a client holds to registered blocks (a block "
+                                 "matched twice counts twice).");
+  for (uint32_t slot = 0; slot < h.max_clients; ++slot) {
+    const shm::SlotInfo& si = v.slots[slot];
+    if (si.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kFree))
+      continue;
+    Labels l{{"slot", std::to_string(slot)},
+             {"pid", std::to_string(si.pid.load(std::memory_order_relaxed))}};
+    uint64_t mut = 0, held = 0, refs = 0;
+    for (const auto& p : v.pools) {
+      ctl::SlotHoldings hh = ctl::slot_holdings(p, slot);
+      mut += hh.mutable_blocks;
+      held += hh.held_blocks;
+      refs += hh.held_refs;
+    }
+    f[c_requests].samples.push_back({"", l, rl(si.requests)});
+    f[c_errors].samples.push_back({"", l, rl(si.protocol_errors)});
+    f[c_hits].samples.push_back({"", l, rl(si.match_hits)});
+    f[c_rejected].samples.push_back({"", l, rl(si.rejected_handles)});
+    Labels lm = l, lr = l;
+    lm.emplace_back("kind", "mutable");
+    lr.emplace_back("kind", "registered");
+    f[c_blocks].samples.push_back({"", lm, mut});
+    f[c_blocks].samples.push_back({"", lr, held});
+    f[c_refs].samples.push_back({"", l, refs});
+  }
+  return f;
+}
+
+std::string to_text(const std::vector<Family>& families) {
+  std::string out;
+  for (const Family& fam : families) {
+    out += "# HELP " + fam.name + " " + escape(fam.help, false) + "\n";
+    out += "# TYPE " + fam.name + " " + fam.type + "\n";
+    for (const Sample& s : fam.samples) {
+      out += fam.name + s.suffix;
+      if (!s.labels.empty()) {
+        out += "{";
+        for (size_t i = 0; i < s.labels.size(); ++i) {
+          if (i) out += ",";
+          out += s.labels[i].first + "=\"" + escape(s.labels[i].second, true) + "\"";
+        }
+        out += "}";
+      }
+      out += ' ';
+      out += format_value(s.value);
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<Family>& families) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Family& fam : families) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const Sample& s : fam.samples) {
+      nlohmann::json labels = nlohmann::json::object();
+      for (const auto& [k, val] : s.labels) labels[k] = val;
+      nlohmann::json value;
+      if (const auto* u = std::get_if<uint64_t>(&s.value)) {
+        value = *u;
+      } else {
+        value = std::get<double>(s.value);
+      }
+      samples.push_back({{"name", fam.name + s.suffix}, {"labels", labels}, {"value", value}});
+    }
+    out.push_back(
+        {{"name", fam.name}, {"type", fam.type}, {"help", fam.help}, {"samples", samples}});
+  }
+  return out;
+}
+
+}  // namespace kvpool::metrics

@@ -1,0 +1,222 @@
+// kvpoolctl top [--instance NAME] [--runtime-dir DIR] [--interval S] [--iterations N]
+// A live view in the spirit of `redis-cli --stat`: every interval, the rates since the last
+// refresh (requests/s, match hit rate, allocations and evictions/s), blocks by state per
+// pool, clients, and engine latency (p50/p99 of the interval) and the last reclaim. On a
+// terminal it redraws in place and `q` quits; piped, it prints one block per interval.
+#include <poll.h>
+#include <signal.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "control_view.hpp"
+
+namespace kvpool {
+namespace {
+
+struct TopOptions : ctl::ViewOptions {
+  double interval = 1.0;
+  uint64_t iterations = 0;  // 0: until q, Ctrl-C or the daemon stops
+};
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+// Non-canonical, no echo, for the life of the view: `q` arrives without Enter.
+class RawTerminal {
+ public:
+  RawTerminal() {
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+    termios raw = saved_;
+    raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+    raw.c_cc[VMIN] = 0;
+    raw.c_cc[VTIME] = 0;
+    active_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+  }
+  ~RawTerminal() {
+    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  RawTerminal(const RawTerminal&) = delete;
+  RawTerminal& operator=(const RawTerminal&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  termios saved_{};
+  bool active_ = false;
+};
+
+struct PoolSample {
+  uint64_t queries, hits, allocations, evictions;
+};
+
+struct Sample {
+  double t = 0;  // CLOCK_MONOTONIC seconds
+  uint64_t requests = 0, reclaimed = 0;
+  uint64_t buckets[shm::kLatencyBounds + 1] = {};
+  std::vector<PoolSample> pools;
+};
+
+double mono_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+Sample take(const ctl::ControlView& v) {
+  auto rl = [](const auto& a) -> uint64_t { return a.load(std::memory_order_relaxed); };
+  Sample s;
+  s.t = mono_seconds();
+  s.requests = rl(v.header->stats.requests);
+  s.reclaimed = rl(v.header->stats.reclaimed_clients);
+  if (const shm::LatencyHistogram* lat = ctl::request_latency(v))
+    for (size_t i = 0; i <= shm::kLatencyBounds; ++i) s.buckets[i] = rl(lat->buckets[i]);
+  for (const auto& p : v.pools) {
+    const auto& st = p.stats();
+    s.pools.push_back(
+        {rl(st.match_queries), rl(st.match_hits), rl(st.allocations), rl(st.evictions)});
+  }
+  return s;
+}
+
+// The bound of the histogram bucket holding quantile q of the interval's records.
+std::string quantile(const Sample& a, const Sample& b, double q) {
+  uint64_t d[shm::kLatencyBounds + 1], total = 0;
+  for (size_t i = 0; i <= shm::kLatencyBounds; ++i) total += d[i] = b.buckets[i] - a.buckets[i];
+  if (total == 0) return "-";
+  const auto want = static_cast<uint64_t>(std::ceil(q * static_cast<double>(total)));
+  uint64_t seen = 0;
+  for (size_t i = 0; i <= shm::kLatencyBounds; ++i) {
+    seen += d[i];
+    if (seen >= want) {
+      if (i == shm::kLatencyBounds) return ">10ms";
+      const uint64_t ns = shm::kLatencyBoundsNs[i];
+      char buf[32];
+      if (ns < 1000) {
+        std::snprintf(buf, sizeof(buf), "<=%" PRIu64 "ns", ns);
+      } else if (ns < 1'000'000) {
+        std::snprintf(buf, sizeof(buf), "<=%gus", static_cast<double>(ns) / 1e3);
+      } else {
+        std::snprintf(buf, sizeof(buf), "<=%gms", static_cast<double>(ns) / 1e6);
+      }
+      return buf;
+    }
+  }
+  return "-";
+}
+
+std::string render(const ctl::ControlView& v, const Sample& a, const Sample& b, bool first) {
+  auto rl = [](const auto& x) -> uint64_t { return x.load(std::memory_order_relaxed); };
+  const shm::ControlHeader& h = *v.header;
+  const double dt = b.t - a.t > 0 ? b.t - a.t : 1;
+  auto rate = [&](uint64_t x, uint64_t y) {
+    char buf[32];
+    if (first) return std::string("-");
+    std::snprintf(buf, sizeof(buf), "%.0f", static_cast<double>(y - x) / dt);
+    return std::string(buf);
+  };
+  uint32_t attached = 0, suspect = 0;
+  for (uint32_t i = 0; i < h.max_clients; ++i) {
+    uint32_t st = v.slots[i].state.load(std::memory_order_relaxed);
+    attached += st != static_cast<uint32_t>(shm::SlotState::kFree);
+    suspect += st == static_cast<uint32_t>(shm::SlotState::kSuspect);
+  }
+  std::string version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
+  char line[256];
+  std::string out;
+  std::snprintf(line, sizeof(line), "kvpoold '%s' pid %lld  %s  clients %u/%u (suspect %u)\n",
+                h.instance, static_cast<long long>(h.daemon_pid),
+                version.empty() ? "" : version.c_str(), attached, h.max_clients, suspect);
+  out += line;
+  uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
+  std::string last_reclaim = "-";
+  if (noticed != 0 && done >= noticed) {
+    std::snprintf(line, sizeof(line), "%.1fus", static_cast<double>(done - noticed) / 1e3);
+    last_reclaim = line;
+  }
+  std::snprintf(line, sizeof(line),
+                "requests/s %s  engine p50 %s p99 %s  reclaimed %" PRIu64 " (last %s)\n",
+                rate(a.requests, b.requests).c_str(), first ? "-" : quantile(a, b, 0.5).c_str(),
+                first ? "-" : quantile(a, b, 0.99).c_str(), b.reclaimed, last_reclaim.c_str());
+  out += line;
+  std::vector<std::vector<std::string>> rows{
+      {"pool", "free", "mutable", "active", "inactive", "match/s", "hit%", "alloc/s", "evict/s"}};
+  for (size_t i = 0; i < v.pools.size(); ++i) {
+    pool::PoolCounts c = v.pools[i].counts();
+    const PoolSample& pa = a.pools[i];
+    const PoolSample& pb = b.pools[i];
+    std::string hit = "-";
+    if (!first && pb.queries > pa.queries) {
+      std::snprintf(line, sizeof(line), "%.1f",
+                    100.0 * static_cast<double>(pb.hits - pa.hits) /
+                        static_cast<double>(pb.queries - pa.queries));
+      hit = line;
+    }
+    rows.push_back({v.pools[i].name(), std::to_string(c.free), std::to_string(c.mutable_blocks),
+                    std::to_string(c.active), std::to_string(c.inactive),
+                    rate(pa.queries, pb.queries), hit, rate(pa.allocations, pb.allocations),
+                    rate(pa.evictions, pb.evictions)});
+  }
+  out += ctl::format_table(rows);
+  return out;
+}
+
+void run_top(const TopOptions& o) {
+  if (!(o.interval > 0)) throw CommandError("--interval must be above 0 seconds");
+  ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  RawTerminal raw;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;  // no SA_RESTART: poll() returns at once
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  Sample prev = take(v);
+  bool first = true;
+  for (uint64_t n = 0; !g_stop; ++n) {
+    Sample now = first ? prev : take(v);
+    std::string frame = render(v, prev, now, first);
+    // Home, draw, clear what an older, longer frame left below.
+    if (tty) frame = "\x1b[H" + frame + (raw.active() ? "(q quits)\n" : "") + "\x1b[J";
+    if (!tty && n > 0) frame = "\n" + frame;
+    if (tty && first) std::fputs("\x1b[2J", stdout);
+    std::fputs(frame.c_str(), stdout);
+    std::fflush(stdout);
+    if (o.iterations != 0 && n + 1 >= o.iterations) break;
+    if (v.header->state.load(std::memory_order_acquire) !=
+        static_cast<uint32_t>(shm::DaemonState::kReady))
+      throw CommandError("kvpoold of instance '" + o.instance + "' stopped");
+    prev = now;
+    first = false;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    int r = poll(&p, raw.active() ? 1 : 0, static_cast<int>(o.interval * 1000));
+    if (r > 0 && (p.revents & POLLIN)) {
+      char c = 0;
+      if (read(STDIN_FILENO, &c, 1) == 1 && (c == 'q' || c == 'Q')) break;
+    }
+  }
+}
+
+}  // namespace
+
+void add_top_command(CLI::App& app) {
+  auto o = std::make_shared<TopOptions>();
+  auto* cmd = app.add_subcommand(
+      "top", "live view: requests/s, hit rate, blocks by state, clients, latency (q quits)");
+  ctl::add_view_options(cmd, *o);
+  cmd->add_option("-i,--interval", o->interval, "seconds between refreshes")->capture_default_str();
+  cmd->add_option("-n,--iterations", o->iterations, "refreshes before exiting (0: until q)")
+      ->capture_default_str();
+  cmd->callback([o] { run_top(*o); });
+}
+
+}  // namespace kvpool
