@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -354,6 +355,30 @@ TEST(TrustBoundary, APoolClosedToAUidSendsItNoDescriptorAndRefusesItsRequests) {
   EXPECT_EQ(owner.command("verify"), "OK regions=4");
 }
 
+// A test worker run as uid nobody (group `gid`) with no runtime_dir, so that libkvpool
+// resolves the daemon itself; its first line ("READY ..." or "ERR ...") and how it exited.
+struct FirstLine {
+  std::string line;
+  std::optional<ExitStatus> exit;
+};
+
+FirstLine worker_as_nobody(const std::string& instance, gid_t gid,
+                           const std::vector<std::string>& env) {
+  ChildProcess c;
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw HarnessError("pipe2");
+  shm::UniqueFd rd(out[0]), wr(out[1]);
+  c.spawn({KVPOOL_TEST_WORKER_PATH, "--instance", instance, "--runtime-dir", "", "idle", "--as-gid",
+           std::to_string(gid), "--as-uid", std::to_string(kNobody)},
+          env, -1, wr.get(), 2);
+  wr.reset();
+  FirstLine r;
+  char ch;
+  while (::read(rd.get(), &ch, 1) == 1 && ch != '\n') r.line += ch;
+  r.exit = c.wait_exit(20s);  // stdin is /dev/null: an attached worker detaches and exits
+  return r;
+}
+
 // ---- High 6 (+ operations issue 1): finding the daemon, and only the real one ---------------
 
 // A member of the daemon's group reaches its socket (0660) in a directory it cannot write
@@ -369,24 +394,10 @@ TEST(TrustBoundary, GroupMemberFindsTheDaemonInADirectoryItCannotWrite) {
   ASSERT_EQ(::chmod(d.socket_path().c_str(), 0660), 0);
   // No runtime_dir given: the client resolves it ($KVPOOL_RUNTIME_DIR first in the order).
   // Through the worker (libkvpool's resolution) as nobody, first in the group, then not.
-  auto spawn_worker = [&](gid_t gid) {
-    ChildProcess c;
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) throw HarnessError("pipe");
-    shm::UniqueFd rd(out[0]), wr(out[1]);
-    c.spawn({KVPOOL_TEST_WORKER_PATH, "--instance", d.instance(), "--runtime-dir", "", "idle",
-             "--as-gid", std::to_string(gid), "--as-uid", std::to_string(kNobody)},
-            {"KVPOOL_RUNTIME_DIR=" + d.runtime_dir(), "PATH=/usr/bin:/bin"}, -1, wr.get(), 2);
-    wr.reset();
-    std::string first;
-    char ch;
-    while (::read(rd.get(), &ch, 1) == 1 && ch != '\n') first += ch;
-    c.kill_and_reap();
-    return first;
-  };
-  std::string in_group = spawn_worker(kGroup);
+  const std::vector<std::string> env{"KVPOOL_RUNTIME_DIR=" + d.runtime_dir(), "PATH=/usr/bin:/bin"};
+  std::string in_group = worker_as_nobody(d.instance(), kGroup, env).line;
   EXPECT_TRUE(in_group.rfind("READY", 0) == 0) << in_group;
-  std::string outsider = spawn_worker(kNobody);
+  std::string outsider = worker_as_nobody(d.instance(), kNobody, env).line;
   EXPECT_TRUE(contains(outsider, "ERR")) << outsider;
   EXPECT_TRUE(contains(outsider, "join the daemon's group")) << outsider;
   EXPECT_TRUE(contains(outsider, d.runtime_dir())) << outsider;
@@ -411,20 +422,10 @@ TEST(TrustBoundary, FakeDaemonInSharedTmpIsNotTrusted) {
   ASSERT_EQ(::chmod(sock.c_str(), 0777), 0);
   ASSERT_EQ(::chown(sock.c_str(), kOtherUser, kOtherUser), 0);
 
-  ChildProcess c;
-  int out[2];
-  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
-  shm::UniqueFd rd(out[0]), wr(out[1]);
-  c.spawn({KVPOOL_TEST_WORKER_PATH, "--instance", "fake", "--runtime-dir", "", "idle", "--as-gid",
-           std::to_string(kNobody), "--as-uid", std::to_string(kNobody)},
-          {"PATH=/usr/bin:/bin"}, -1, wr.get(), 2);
-  wr.reset();
-  std::string first;
-  char ch;
-  while (::read(rd.get(), &ch, 1) == 1 && ch != '\n') first += ch;
-  auto st = c.wait_exit(20s);
-  ASSERT_TRUE(st);
-  EXPECT_NE(st->code(), 0);
+  const FirstLine r = worker_as_nobody("fake", kNobody, {"PATH=/usr/bin:/bin"});
+  const std::string& first = r.line;
+  ASSERT_TRUE(r.exit);
+  EXPECT_NE(r.exit->code(), 0);
   EXPECT_TRUE(contains(first, "NotFound")) << first;
   EXPECT_TRUE(contains(first, "not trusted")) << first;
   // Nobody ever connected to the fake.
