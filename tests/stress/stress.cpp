@@ -57,7 +57,7 @@ class Stress {
     instance_ = "stress" + std::to_string(getpid());
     std::ofstream(dir_ + "/kvpoold.json")
         << "{\"instance\":\"" << instance_ << "\",\"runtime_dir\":\"" << dir_
-        << "\",\"log_level\":\"warn\",\"pools\":[{\"name\":\"g2\",\"num_blocks\":" << o_.blocks
+        << "\",\"log_level\":\"info\",\"pools\":[{\"name\":\"g2\",\"num_blocks\":" << o_.blocks
         << ",\"layout\":{\"num_layers\":2,\"outer_dim\":2,\"page_size\":16,\"inner_dim\":16,"
            "\"dtype_bytes\":2,\"alignment\":64}}]}";
   }
