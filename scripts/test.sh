@@ -9,7 +9,11 @@
 # build (scripts/fuzz.sh, FUZZ_SECONDS each, 60 by default). A plain local run stays quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase prints how long it took: CI has 30 minutes on 2 cores, and this is where they go.
+START=$SECONDS
+phase() { echo "== [$((SECONDS - START)) s] $*"; }
 scripts/bootstrap.sh
+phase "bootstrap done"
 
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
@@ -20,7 +24,9 @@ JOBS=${JOBS:-$(nproc)}
 # shellcheck disable=SC2046,SC2086
 cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
+phase "build done ($BUILD_DIR)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
+phase "tests done ($BUILD_DIR)"
 
 # Release (what packagers and benchmarks build: -O3, where g++ warns about more) must build
 # warning-free too. Under CI=true, or RELEASE_CHECK=1: every target compiled and linked in
@@ -32,7 +38,11 @@ if [ "$RELEASE_CHECK" = "1" ]; then
   echo "== Release: every target, warnings as errors ($REL_DIR)"
   # shellcheck disable=SC2046,SC2086
   cmake -S . -B "$REL_DIR" $(generator_args "$REL_DIR") -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
-  cmake --build "$REL_DIR" -j "$JOBS"
+  # -k 0: one run names every file that warns, not just the first.
+  keep_going=()
+  [ -f "$REL_DIR/build.ninja" ] && keep_going=(-- -k 0)
+  cmake --build "$REL_DIR" -j "$JOBS" "${keep_going[@]}"
+  phase "Release build done"
 fi
 
 SANITIZERS=${SANITIZERS:-0}
@@ -60,6 +70,7 @@ sanitized() {
   ASAN_OPTIONS="$ASAN_BASE:log_path=$logs/asan" UBSAN_OPTIONS="$UBSAN_BASE:log_path=$logs/ubsan" \
     TSAN_OPTIONS="$TSAN_BASE:log_path=$logs/tsan" \
     ctest --test-dir "$dir" -L 'unit|multiproc' --output-on-failure -j "$JOBS" --timeout 300 || rc=1
+  phase "$preset done"
   if [ -n "$(ls -A "$logs")" ]; then
     echo "== $preset: sanitizer reports:"
     for f in "$logs"/*; do echo "-- $f"; cat "$f"; done
@@ -74,3 +85,4 @@ sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
 
 echo "== fuzz"
 FUZZ_BUILD_DIR="$ASAN_DIR" FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
+phase "fuzz done"
