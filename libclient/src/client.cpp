@@ -53,6 +53,7 @@ Result<int> Pool::cuda_device() const {
 class PoolAccess {
  public:
   static void forget(MutableBlock& b) { b.client_.reset(); }
+  static bool issued_by(const MutableBlock& b, const ClientImpl* c) { return b.client_.get() == c; }
   static MutableBlock make_mutable(std::shared_ptr<ClientImpl> c, uint32_t pool, pool::BlockRef ref,
                                    uint32_t page) {
     return MutableBlock(std::move(c), pool, ref.id, ref.generation, page);
@@ -167,6 +168,16 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
     if (!b.valid() || b.pool_index() != pool) {
       bad = Status(ErrorCode::kInvalidArgument,
                    "block " + std::to_string(i) + " does not belong to pool '" + pool_name + "'");
+      break;
+    }
+    // A block id means something only to the connection that allocated it: another
+    // Client's block (another daemon's, or this daemon's under another slot) would name
+    // some other block here.
+    if (!PoolAccess::issued_by(b, c.get())) {
+      bad = Status(ErrorCode::kInvalidArgument,
+                   "block " + std::to_string(i) +
+                       " was allocated by another kvpool::Client: a block can be registered only "
+                       "through the Client (and pool) that allocated it");
       break;
     }
     auto seq = b.state().sequence_hash();

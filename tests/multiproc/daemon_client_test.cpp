@@ -557,6 +557,46 @@ TEST(Handles, StaleAndForeignHandlesAreRejected) {
   expect_invariants(v);
 }
 
+// Two daemons number their blocks alike: a block of daemon A handed to daemon B's pool would
+// name B's own block with the same (id, generation), still writable by B's client. The
+// library refuses a handle issued to another Client before anything reaches a daemon; the
+// same holds for two Clients of one daemon.
+TEST(Handles, ABlockIsRegisteredOnlyThroughTheClientThatAllocatedIt) {
+  DaemonProcess da, db;
+  da.start();
+  db.start();
+  auto va = da.view(), vb = db.view();
+  Client ca = connect_client(da), cb = connect_client(db), ca2 = connect_client(da);
+  Pool pa = pool_of(ca), pb = pool_of(cb), pa2 = pool_of(ca2);
+
+  auto own = pb.allocate_blocks(1);  // B's block: the same (id, generation) as A's
+  ASSERT_TRUE(own) << own.status().to_string();
+  std::vector<MutableBlock> from_a;
+  from_a.push_back(committed(pa, {1, 2, 3, 4}));
+  ASSERT_EQ(from_a[0].block_id(), (*own)[0].block_id());
+  ASSERT_EQ(from_a[0].generation(), (*own)[0].generation());
+  const uint32_t id = from_a[0].block_id();
+
+  auto r = pb.register_blocks(std::move(from_a));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_TRUE(contains(r.status().message(), "another kvpool::Client")) << r.status().to_string();
+  EXPECT_EQ(state_of(vb, id), code(BlockStateCode::kMutable)) << "B's block stays B's, unregistered";
+  EXPECT_EQ(stat_of(vb.pool().stats().registrations), 0u);
+  EXPECT_TRUE(pb.match_sequence_hashes(std::vector<SequenceHash>{kSeq1})->empty());
+
+  // Same daemon, another Client: refused too, and the refused block went back to A's pool
+  // when the call consumed it (nothing leaks).
+  std::vector<MutableBlock> again;
+  again.push_back(committed(pa, {1, 2, 3, 4}));
+  auto r2 = pa2.register_blocks(std::move(again));
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.status().code(), ErrorCode::kInvalidArgument) << r2.status().to_string();
+  ca.flush();
+  wait_counts(va, Want{64, 0, 0, 0});
+  EXPECT_EQ(stat_of(va.pool().stats().registrations), 0u);
+}
+
 // ============================================================================================
 // Malformed ring records.
 

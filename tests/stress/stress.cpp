@@ -230,15 +230,19 @@ class Stress {
         continue;
       }
       if (!workers_.erase(p)) continue;
-      if (WIFEXITED(st)) {
-        int code = WEXITSTATUS(st);
-        if (code == 1)
-          violation("worker " + std::to_string(p) + " saw a corrupt block");
-        else if (code != 0 && code != 3)
-          violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
-      }
+      check_exit(p, st);
       if (replace && Clock::now() < end) spawn_worker(end);
     }
+  }
+
+  // A worker that exits on its own: 0 (its run ended) and 3 (its daemon died) are fine.
+  void check_exit(pid_t p, int st) {
+    if (!WIFEXITED(st)) return;
+    int code = WEXITSTATUS(st);
+    if (code == 1)
+      violation("worker " + std::to_string(p) + " saw a corrupt block");
+    else if (code != 0 && code != 3)
+      violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
   }
 
   void kill_one() {
@@ -256,9 +260,22 @@ class Stress {
     auto t0 = Clock::now();
     kill(victim, SIGKILL);
     ++kills_;
+    // Its fate first: one that had already finished and exited on its own (a worker that hit
+    // an error, or a run's end) detached; only one our SIGKILL killed must be reclaimed.
+    int st = 0;
+    waitpid(victim, &st, 0);
+    workers_.erase(victim);
+    const bool killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    if (!killed) check_exit(victim, st);
+    if (!killed && slot >= 0) {
+      std::printf("worker %d exited on its own (status %d) before the kill\n", victim, st);
+      slot = -1;
+    }
     if (slot >= 0) {
-      // Reclaimed = the slot released and the counter moved. Bounded wait.
-      while (ms_since(t0) < 2000) {
+      // Reclaimed = the slot released and the counter moved. The bound only catches a hang
+      // (a loaded CI machine takes far longer than the daemon's own figure, reported below).
+      constexpr double kHangMs = 10000;
+      while (ms_since(t0) < kHangMs) {
         bool freed = slots()[slot].state.load(std::memory_order_acquire) !=
                          static_cast<uint32_t>(shm::SlotState::kAttached) ||
                      slots()[slot].pid.load(std::memory_order_relaxed) != victim;
@@ -266,8 +283,10 @@ class Stress {
         std::this_thread::yield();
       }
       double ms = ms_since(t0);
-      if (ms >= 2000) {
-        violation("worker " + std::to_string(victim) + " was not reclaimed within 2 s");
+      if (ms >= kHangMs) {
+        violation("worker " + std::to_string(victim) + " was not reclaimed within 10 s (slot " +
+                  std::to_string(slot) + " state " +
+                  std::to_string(slots()[slot].state.load(std::memory_order_acquire)) + ")");
       } else {
         latencies_.push_back(ms);
         // The daemon's own timestamps (CLOCK_MONOTONIC, as steady_clock here) of this reclaim:
@@ -284,9 +303,6 @@ class Stress {
                             1e6);
       }
     }
-    int st;
-    waitpid(victim, &st, 0);
-    workers_.erase(victim);
     if (slot >= 0) check_with_kvpoolctl(victim);
     spawn_worker(end_);
   }
