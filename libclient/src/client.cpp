@@ -58,9 +58,7 @@ class PoolAccess {
                                    uint32_t page) {
     return MutableBlock(std::move(c), pool, ref.id, ref.generation, page);
   }
-  static ImmutableBlock make_immutable(std::shared_ptr<detail::ImmutableState> s) {
-    return ImmutableBlock(std::move(s));
-  }
+  static ImmutableBlock make_immutable(detail::ImmutableEntry* e) { return ImmutableBlock(e); }
 };
 
 namespace {
@@ -268,11 +266,13 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
                                             const std::vector<pool::BlockRef>& refs,
                                             std::span<const SequenceHash> hashes) {
   std::vector<ImmutableBlock> out;
+  if (refs.empty()) return out;
   out.reserve(refs.size());
-  for (size_t i = 0; i < refs.size(); ++i) {
-    auto st = std::make_shared<detail::ImmutableState>(c, pool, refs[i], hashes[i]);
-    out.push_back(PoolAccess::make_immutable(std::move(st)));
-  }
+  // One allocation for every handle of the answer; each ImmutableBlock adopts its entry's
+  // first copy.
+  detail::ImmutableSlab* slab = detail::ImmutableSlab::create(c, pool, refs, hashes);
+  detail::ImmutableEntry* e = slab->entries();
+  for (uint32_t i = 0; i < slab->count; ++i) out.push_back(PoolAccess::make_immutable(&e[i]));
   return out;
 }
 

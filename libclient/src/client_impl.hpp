@@ -1,7 +1,9 @@
 // What the public handles share: the connection, and the per-block state of immutables.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <span>
 
 #include "connection.hpp"
 #include "device_view.hpp"
@@ -38,19 +40,34 @@ class ClientImpl {
   }
 };
 
-// One daemon reference. Not copyable: a copy would release the reference twice.
-struct ImmutableState {
-  ImmutableState(std::shared_ptr<ClientImpl> c, uint32_t p, pool::BlockRef r, SequenceHash h)
-      : client(std::move(c)), pool(p), ref(r), sequence_hash(h) {}
-  ImmutableState(const ImmutableState&) = delete;
-  ImmutableState& operator=(const ImmutableState&) = delete;
+// The immutable blocks of one answer, in one allocation (a match of 64 blocks used to cost
+// 64 shared states). Each block has its own count of ImmutableBlock copies: when a block's
+// last copy goes, its reference goes back to the daemon at once (holding one block of an
+// answer must not pin the others); the slab is freed with the answer's last live block.
+struct ImmutableSlab;
+
+struct ImmutableEntry {
+  std::atomic<uint32_t> copies{1};
+  uint32_t index = 0;  // in its slab
+  pool::BlockRef ref{};
+  SequenceHash sequence_hash = 0;
+};
+
+struct ImmutableSlab {
   std::shared_ptr<ClientImpl> client;
-  uint32_t pool;
-  pool::BlockRef ref;
-  SequenceHash sequence_hash;
-  ~ImmutableState() {
-    if (client) client->conn->release(pool, /*immutable=*/true, ref);
-  }
+  uint32_t pool = 0;
+  uint32_t count = 0;
+  std::atomic<uint32_t> live{0};  // entries whose copies have not all gone
+
+  // One allocation: the slab, then `refs.size()` entries (each starts with one copy).
+  static ImmutableSlab* create(std::shared_ptr<ClientImpl> c, uint32_t pool,
+                               std::span<const pool::BlockRef> refs,
+                               std::span<const SequenceHash> hashes);
+  static ImmutableSlab* of(const ImmutableEntry* e);
+  ImmutableEntry* entries();
+
+  // The last copy of `e` went: give its reference back; free the slab after its last entry.
+  static void drop(ImmutableEntry* e);
 };
 
 }  // namespace kvpool::detail

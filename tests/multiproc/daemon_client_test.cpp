@@ -184,6 +184,56 @@ TEST(DynamoPool, BlockingApi) {
   expect_invariants(v);
 }
 
+// The handles of one answer share one allocation but not one fate: each block's reference
+// goes back when that block's last copy goes, whatever happens to its neighbours.
+TEST(DynamoPool, EachBlockOfAnAnswerIsReleasedWithItsOwnLastCopy) {
+  DaemonProcess d;
+  d.start();
+  auto v = d.view();
+  Client c = connect_client(d);
+  Pool p = pool_of(c);
+  auto blocks = p.allocate_blocks(3);
+  ASSERT_TRUE(blocks) << blocks.status().to_string();
+  SequenceHash parent = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    MutableBlock& b = (*blocks)[i];
+    ASSERT_TRUE(i == 0 ? b.init_sequence(1337).is_ok() : b.init_sequence(1337, parent).is_ok());
+    for (Token t = 1; t <= 4; ++t) ASSERT_TRUE(b.add_token(i * 4 + t).is_ok());
+    ASSERT_TRUE(b.commit().is_ok());
+    parent = *b.sequence_hash();
+  }
+  auto reg = p.register_blocks(std::move(*blocks));
+  ASSERT_TRUE(reg) << reg.status().to_string();
+  const uint32_t id0 = (*reg)[0].block_id(), id1 = (*reg)[1].block_id(), id2 = (*reg)[2].block_id();
+  reg->clear();
+  c.flush();
+  wait_counts(v, Want{-1, 0, 0, 3});
+
+  auto m = p.match_sequence_hashes(std::vector<SequenceHash>{kSeq1, kSeq12, kSeq123});
+  ASSERT_TRUE(m) << m.status().to_string();
+  ASSERT_EQ(m->size(), 3u);
+  ImmutableBlock kept = (*m)[1];  // a copy: the same one reference
+  ImmutableBlock kept2 = kept;
+  EXPECT_EQ(v.pool().block(id1).refcount, 1u) << "copies share one daemon reference";
+  m->clear();  // blocks 0 and 2 have no copy left; block 1 has two
+  c.flush();
+  wait_counts(v, Want{-1, 0, 1, 2});
+  EXPECT_EQ(state_of(v, id0), code(BlockStateCode::kInactive));
+  EXPECT_EQ(state_of(v, id2), code(BlockStateCode::kInactive));
+  EXPECT_EQ(state_of(v, id1), code(BlockStateCode::kActive));
+  EXPECT_EQ(kept2.block_id(), id1);
+  EXPECT_EQ(kept.sequence_hash(), kSeq12);
+  ASSERT_TRUE(kept.address(0, 0)) << "the kept block's bytes are still reachable";
+  kept.reset();
+  c.flush();
+  ASSERT_TRUE(c.ping().is_ok());  // everything sent before it was handled
+  EXPECT_EQ(state_of(v, id1), code(BlockStateCode::kActive)) << "one copy is left";
+  kept2 = ImmutableBlock();  // the last copy
+  c.flush();
+  wait_counts(v, Want{-1, 0, 0, 3});
+  expect_invariants(v);
+}
+
 TEST(DynamoPool, AsyncApi) {
   DaemonProcess d(dynamo_config());
   d.start();
@@ -581,7 +631,8 @@ TEST(Handles, ABlockIsRegisteredOnlyThroughTheClientThatAllocatedIt) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << r.status().to_string();
   EXPECT_TRUE(contains(r.status().message(), "another kvpool::Client")) << r.status().to_string();
-  EXPECT_EQ(state_of(vb, id), code(BlockStateCode::kMutable)) << "B's block stays B's, unregistered";
+  EXPECT_EQ(state_of(vb, id), code(BlockStateCode::kMutable))
+      << "B's block stays B's, unregistered";
   EXPECT_EQ(stat_of(vb.pool().stats().registrations), 0u);
   EXPECT_TRUE(pb.match_sequence_hashes(std::vector<SequenceHash>{kSeq1})->empty());
 

@@ -25,7 +25,7 @@ namespace kvpool {
 
 namespace detail {
 class ClientImpl;
-struct ImmutableState;
+struct ImmutableEntry;
 }  // namespace detail
 
 class MutableBlock {
@@ -78,6 +78,13 @@ class MutableBlock {
 class ImmutableBlock {
  public:
   ImmutableBlock() = default;
+  // Copies share the one reference; it goes back when the last copy goes.
+  ImmutableBlock(const ImmutableBlock& o) noexcept;
+  ImmutableBlock& operator=(const ImmutableBlock& o) noexcept;
+  ImmutableBlock(ImmutableBlock&& o) noexcept : entry_(o.entry_) { o.entry_ = nullptr; }
+  ImmutableBlock& operator=(ImmutableBlock&& o) noexcept;
+  ~ImmutableBlock() { reset(); }
+
   SequenceHash sequence_hash() const;
   uint32_t block_id() const;
   uint32_t generation() const;
@@ -85,15 +92,16 @@ class ImmutableBlock {
   // Region (layer, outer) of this block, to read (the writer is done): a host pointer for
   // host pools, a device pointer for device pools (see MutableBlock::address).
   Result<const std::byte*> address(uint32_t layer, uint32_t outer) const;
-  bool valid() const { return state_ != nullptr; }
+  bool valid() const { return entry_ != nullptr; }
   // Drops this copy now (the reference goes when the last copy goes).
-  void reset() { state_.reset(); }
+  void reset() noexcept;
 
  private:
   friend class Pool;
   friend class PoolAccess;
-  explicit ImmutableBlock(std::shared_ptr<detail::ImmutableState> s) : state_(std::move(s)) {}
-  std::shared_ptr<detail::ImmutableState> state_;
+  // Adopts one copy of `e` (an entry of the answer's slab, libclient/src/client_impl.hpp).
+  explicit ImmutableBlock(detail::ImmutableEntry* e) : entry_(e) {}
+  detail::ImmutableEntry* entry_ = nullptr;
 };
 
 }  // namespace kvpool

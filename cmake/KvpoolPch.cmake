@@ -1,0 +1,20 @@
+# Precompiled headers for the targets that compile many files against the same heavy
+# header-only libraries (CLI11, nlohmann/json, spdlog, GoogleTest, pybind11). CI compiles
+# the tree four times on two cores (RelWithDebInfo, Release, ASan, TSan), and parsing those
+# headers again in every file was a third of each compile. KVPOOL_PCH=OFF builds without
+# them: each file must still include what it uses (the Python package's own builds, which
+# compile its files by hand, and a KVPOOL_PCH=OFF build check that).
+option(KVPOOL_PCH "Precompile heavy third-party headers for multi-file targets" ON)
+
+# kvpool_pch(<target> <header>...): headers as written in an #include, e.g. <CLI/CLI.hpp>.
+# C++ files only (a target may also hold C files).
+function(kvpool_pch target)
+  if(NOT KVPOOL_PCH)
+    return()
+  endif()
+  set(headers)
+  foreach(h IN LISTS ARGN)
+    list(APPEND headers "$<$<COMPILE_LANGUAGE:CXX>:${h}>")
+  endforeach()
+  target_precompile_headers(${target} PRIVATE ${headers})
+endfunction()
