@@ -10,8 +10,6 @@ namespace {
 
 constexpr uint32_t kHeaderBytes = sizeof(proto::ResponseHeader);
 
-bool known(uint32_t type) { return type != 0 && type <= proto::kMaxOpcode; }
-
 }  // namespace
 
 Dispatcher::Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_payload)
@@ -25,12 +23,6 @@ Dispatcher::Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_p
   hashes_.reserve(max_answer_payload / sizeof(uint64_t));
   refs_.reserve(max_answer_payload / sizeof(pool::BlockRef));
 }
-
-bool Dispatcher::answers(uint32_t type) {
-  return !known(type) || proto::opcode_answers(static_cast<proto::Opcode>(type));
-}
-
-uint32_t Dispatcher::answer_type(uint32_t type) { return known(type) ? type : kUnknownAnswerType; }
 
 Dispatcher::Request Dispatcher::decode(uint32_t type, std::span<const std::byte> record) {
   Request r;
@@ -95,7 +87,7 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
   if (len < sizeof(rq)) {
     st = Status(ErrorCode::kProtocolError,
                 "record of " + std::to_string(len) + " bytes is shorter than a request header");
-  } else if (!known(type)) {
+  } else if (!proto::opcode_known(type)) {
     st = Status(ErrorCode::kProtocolError, "unknown opcode " + std::to_string(type));
   } else if (op != proto::Opcode::kPing && rq.pool >= cores_.size()) {
     st = Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) +

@@ -22,19 +22,16 @@ namespace kvpool::daemon {
 
 class Dispatcher {
  public:
-  // Response record type of the answer to an unknown opcode.
-  static constexpr uint32_t kUnknownAnswerType = 0xFFFFu;
+  static constexpr uint32_t kUnknownAnswerType = proto::kUnknownAnswerType;
 
   Dispatcher() = default;
   // `cores[i]` is pool index i; the cores must outlive the dispatcher. Answers are bounded
   // by `max_answer_payload` (the response ring's largest record payload).
   Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_payload);
 
-  // Whether a record of `type` gets an answer: every opcode but the releases, and unknown
-  // opcodes too (with an error).
-  static bool answers(uint32_t type);
-  // The response record type of the answer to a record of `type`.
-  static uint32_t answer_type(uint32_t type);
+  // proto::record_answers and proto::answer_type (shm/protocol.hpp).
+  static bool answers(uint32_t type) { return proto::record_answers(type); }
+  static uint32_t answer_type(uint32_t type) { return proto::answer_type(type); }
 
   // One record with its header decoded, once: the engine sizes the answer and runs the
   // request from the same decoding (the record is the engine's private copy).

@@ -27,25 +27,13 @@
 #include "kvpool/pool/arena.hpp"
 #include "kvpool/pool/events.hpp"
 #include "kvpool/pool/flat_table.hpp"
+#include "kvpool/shm/protocol.hpp"
 
 namespace kvpool::pool {
 
-struct BlockRef {
-  uint32_t id;
-  uint32_t generation;
-  friend bool operator==(const BlockRef&, const BlockRef&) = default;
-};
-static_assert(sizeof(BlockRef) == 8);
-
-struct RegisterItem {
-  BlockRef block;  // a mutable block of the caller, committed
-  uint64_t sequence_hash;
-  uint64_t block_hash;
-  uint64_t parent_hash;  // valid when has_parent
-  uint32_t priority;
-  uint32_t has_parent;  // 0 or 1 (u32 so the struct has no padding: it travels in shm)
-};
-static_assert(sizeof(RegisterItem) == 40);
+// The wire records are the pool core's own handles and registration items.
+using proto::BlockRef;
+using proto::RegisterItem;
 
 struct PoolCoreConfig {
   uint32_t num_blocks = 0;

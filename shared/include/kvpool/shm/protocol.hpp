@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::proto {
@@ -99,6 +98,41 @@ inline bool opcode_answers(Opcode op) {
   return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
 }
 
+inline bool opcode_known(uint32_t type) { return type != 0 && type <= kMaxOpcode; }
+
+// Response record type of the answer to an unknown opcode.
+inline constexpr uint32_t kUnknownAnswerType = 0xFFFFu;
+
+// Whether a record of `type` gets an answer: every opcode but the releases, and unknown
+// opcodes too (with an error).
+inline bool record_answers(uint32_t type) {
+  return !opcode_known(type) || opcode_answers(static_cast<Opcode>(type));
+}
+
+// The response record type of the answer to a record of `type`.
+inline uint32_t answer_type(uint32_t type) {
+  return opcode_known(type) ? type : kUnknownAnswerType;
+}
+
+// A block handle as it travels (and as the pool core hands it out): {id, generation}.
+struct BlockRef {
+  uint32_t id;
+  uint32_t generation;
+  friend bool operator==(const BlockRef&, const BlockRef&) = default;
+};
+static_assert(sizeof(BlockRef) == 8 && std::is_trivially_copyable_v<BlockRef>);
+
+// One block of a kRegister payload.
+struct RegisterItem {
+  BlockRef block;  // a mutable block of the caller, committed
+  uint64_t sequence_hash;
+  uint64_t block_hash;
+  uint64_t parent_hash;  // valid when has_parent
+  uint32_t priority;
+  uint32_t has_parent;  // 0 or 1 (u32 so the struct has no padding: it travels in shm)
+};
+static_assert(sizeof(RegisterItem) == 40 && std::is_trivially_copyable_v<RegisterItem>);
+
 struct RequestHeader {
   uint64_t correlation_id;
   uint32_t pool;   // index in the control segment's PoolInfo table
@@ -122,12 +156,12 @@ inline constexpr uint32_t kMaxErrorMessage = 512;
 inline uint64_t request_item_bytes(Opcode op) {
   switch (op) {
     case Opcode::kRegister:
-      return sizeof(pool::RegisterItem);
+      return sizeof(RegisterItem);
     case Opcode::kMatch:
       return sizeof(uint64_t);
     case Opcode::kReleaseMutable:
     case Opcode::kReleaseImmutable:
-      return sizeof(pool::BlockRef);
+      return sizeof(BlockRef);
     default:
       return 0;
   }
