@@ -20,6 +20,7 @@
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
 #include "kvpool/shm/futex.hpp"
+#include "kvpool/shm/handshake.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 #include "kvpool/shm/protocol.hpp"
 #include "kvpool/shm/unix_socket.hpp"
@@ -123,60 +124,21 @@ Status Engine::init() {
     spdlog::warn("replacing the stale socket {} of a daemon that is gone", socket_path_);
   created_ = true;
 
-  // Control segment: header | slots | pool infos | arenas.
+  // Control segment: shm/control_segment.hpp places every part and fills the header.
   const uint32_t np = static_cast<uint32_t>(config_.pools.size());
-  uint64_t off = shm::align_up(sizeof(shm::ControlHeader), 64);
-  const uint64_t slots_off = off;
-  off = shm::align_up(off + uint64_t{config_.max_clients} * sizeof(shm::SlotInfo), 64);
-  const uint64_t pools_off = off;
-  off = shm::align_up(off + uint64_t{np} * sizeof(shm::PoolInfo), 64);
-  std::vector<uint64_t> arena_off(np), arena_len(np);
-  for (uint32_t i = 0; i < np; ++i) {
-    const PoolConfig& pc = config_.pools[i];
-    auto bytes =
-        pool::PoolCore::arena_bytes({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
-    if (!bytes)
-      return Status(ErrorCode::kConfigError,
-                    "pools[" + std::to_string(i) + "]: " + bytes.status().message());
-    arena_off[i] = off;
-    arena_len[i] = *bytes;
-    off = shm::align_up(off + *bytes, 4096);
-  }
-  const uint64_t ring_off = config_.event_ring_slots != 0 ? off : 0;
-  const uint64_t ring_len =
-      config_.event_ring_slots != 0 ? shm::event_ring_bytes(config_.event_ring_slots) : 0;
-  off = shm::align_up(off + ring_len, 4096);
-  // An unnamed, size-sealed memfd, mode 0600: nobody opens it by name (no /dev/shm entry
-  // to squat or read), and clients get a read-only descriptor over the socket.
-  auto ctl = shm::Segment::create_anonymous(control_segment_name(config_.instance), off);
+  std::vector<pool::PoolCoreConfig> core_configs;
+  for (const PoolConfig& pc : config_.pools)
+    core_configs.push_back({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+  auto placed = shm::control_layout(config_.max_clients, core_configs, config_.event_ring_slots);
+  if (!placed) return placed.status();
+  auto ctl = shm::ControlWriter::create(config_.instance, config_.max_clients,
+                                        std::move(placed.value()), config_.event_ring_slots);
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
-  auto* base = control_.as<char>();
-  ctl_ = new (base) shm::ControlHeader{};
-  ctl_->magic = shm::kControlMagic;
-  ctl_->layout_major = shm::kLayoutMajor;
-  ctl_->layout_minor = shm::kLayoutMinor;
-  ctl_->header_bytes = sizeof(shm::ControlHeader);
-  ctl_->daemon_pid = getpid();
-  ctl_->start_time_ns = now_ns(CLOCK_REALTIME);
-  ctl_->max_clients = config_.max_clients;
-  ctl_->num_pools = np;
-  ctl_->slots_offset = slots_off;
-  ctl_->pools_offset = pools_off;
-  ctl_->total_bytes = off;
-  copy_name(ctl_->instance, config_.instance);
-  std::snprintf(ctl_->daemon_version, sizeof(ctl_->daemon_version), "%s",
-                kvpool::version_string().c_str());
-  if (ring_len != 0) {
-    auto ring = shm::EventRingWriter::create(base + ring_off, ring_len, config_.event_ring_slots);
-    if (!ring)
-      return Status(ErrorCode::kConfigError, "event_ring_slots: " + ring.status().message());
-    events_ = std::make_unique<EventPublisher>(ring.value());
-    ctl_->event_ring_offset = ring_off;
-    ctl_->event_ring_bytes = ring_len;
-  }
-  slots_info_ = reinterpret_cast<shm::SlotInfo*>(base + slots_off);
-  auto* infos = reinterpret_cast<shm::PoolInfo*>(base + pools_off);
+  ctl_ = &control_.header();
+  slots_info_ = control_.slots();
+  if (control_.event_ring().valid())
+    events_ = std::make_unique<EventPublisher>(control_.event_ring());
 
   for (uint32_t i = 0; i < np; ++i) {
     const PoolConfig& pc = config_.pools[i];
@@ -188,20 +150,16 @@ Status Engine::init() {
     // destructor removes what earlier pools made (the daemon never starts half-configured).
     auto storage = PoolStorage::create(config_.instance, pc, *layout);
     if (!storage) return storage.status();
-    auto core = pool::PoolCore::create(base + arena_off[i], arena_len[i],
-                                       {pc.layout.num_blocks, config_.max_clients, pc.max_holds}, i,
-                                       pc.name);
+    auto core = control_.create_pool_core(i, core_configs[i], pc.name);
     if (!core) {
       storage->remove();
       return core.status();
     }
-    shm::PoolInfo& info = infos[i];
+    shm::PoolInfo& info = control_.pool_info(i);  // its arena's place is filled in already
     copy_name(info.name, pc.name);
     info.layout = pc.layout;
     info.dtype = static_cast<uint32_t>(pc.dtype);
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
-    info.arena_offset = arena_off[i];
-    info.arena_bytes = arena_len[i];
     info.hash_scheme = static_cast<uint32_t>(pc.hash_scheme);
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
@@ -249,8 +207,8 @@ void Engine::request_stop() {
 // ---- the loop ----------------------------------------------------------------------------
 
 Status Engine::run(const EngineHooks& hooks) {
-  // Everything is valid: say so last, with release, so readers that see kReady see it all.
-  ctl_->state.store(static_cast<uint32_t>(shm::DaemonState::kReady), std::memory_order_release);
+  // Everything is valid: say so last (a release store), so readers that see kReady see it all.
+  control_.publish_ready();
   spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}",
                config_.instance, socket_path_, pools_.size(), config_.max_clients);
   for (auto& p : pools_)
@@ -478,12 +436,7 @@ void Engine::pause_accepting(const std::string& why) {
 }
 
 void Engine::refuse(int fd, ErrorCode code, const std::string& message) {
-  proto::Refusal r{};
-  r.magic = proto::kHelloMagic;
-  r.type = proto::MsgType::kRefusal;
-  r.code = static_cast<uint16_t>(code);
-  std::memcpy(r.message, message.data(), std::min(message.size(), sizeof(r.message) - 1));
-  (void)shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+  proto::send_refusal(fd, proto::MsgType::kRefusal, code, message);
   bump(ctl_->stats.refused_attaches, 1);
   const uint64_t t = now_ns(CLOCK_MONOTONIC);
   if (t - accept_log_ns_ >= 100'000'000ull) {  // at most ten lines a second
@@ -503,27 +456,12 @@ void Engine::on_pending_readable(size_t index) {
 }
 
 void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
-  proto::Hello h{};
-  if (len != sizeof(h)) {
-    refuse(sock.get(), ErrorCode::kProtocolError,
-           "malformed hello (" + std::to_string(len) + " bytes)");
+  auto hello = proto::parse_hello(msg, len);  // size, magic, type, layout major
+  if (!hello) {
+    refuse(sock.get(), hello.status().code(), hello.status().message());
     return;
   }
-  std::memcpy(&h, msg, sizeof(h));
-  if (h.magic != proto::kHelloMagic ||
-      (h.type != proto::MsgType::kHello && h.type != proto::MsgType::kObserve)) {
-    refuse(sock.get(), ErrorCode::kProtocolError, "not a kvpool hello");
-    return;
-  }
-  if (h.layout_major != shm::kLayoutMajor) {
-    refuse(sock.get(), ErrorCode::kVersionMismatch,
-           "client speaks shm layout " + std::to_string(h.layout_major) + "." +
-               std::to_string(h.layout_minor) + ", kvpoold speaks " +
-               std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor) +
-               "; rebuild the worker against a matching libkvpool");
-    return;
-  }
-  h.instance[sizeof(h.instance) - 1] = '\0';
+  const proto::Hello& h = hello.value();
   if (config_.instance != h.instance) {
     refuse(sock.get(), ErrorCode::kNotFound,
            std::string("this socket serves instance '") + config_.instance + "', not '" +
@@ -558,11 +496,7 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
 
-  proto::Welcome w{};
-  w.magic = proto::kHelloMagic;
-  w.type = proto::MsgType::kWelcome;
-  w.layout_major = shm::kLayoutMajor;
-  w.layout_minor = shm::kLayoutMinor;
+  proto::Welcome w = proto::make_welcome();
   if (h.type == proto::MsgType::kObserve) {
     // kvpoolctl: the control segment, read-only, and nothing else.
     int fds[1] = {ro->get()};
@@ -705,13 +639,9 @@ void Engine::on_session_socket(uint32_t slot, uint32_t events) {
       disconnect(s, "malformed message on the socket: " + n.status().message());
       return;
     }
-    if (*n == sizeof(proto::Ready) && !s.ready) {
-      proto::Ready r;
-      std::memcpy(&r, buf, sizeof(r));
-      if (r.magic == proto::kHelloMagic && r.type == proto::MsgType::kReady) {
-        on_ready(s);
-        return;
-      }
+    if (!s.ready && proto::is_ready(buf, *n)) {
+      on_ready(s);
+      return;
     }
     if (*n > 0) {
       disconnect(s, "unexpected message on the socket");
@@ -800,13 +730,8 @@ void Engine::disconnect(Session& s, const std::string& why) {
   // Say why before hanging up, so the client reports kDisconnected with the reason
   // rather than guessing that the daemon died.
   if (s.sock) {
-    proto::Refusal r{};
-    r.magic = proto::kHelloMagic;
-    r.type = proto::MsgType::kDisconnect;
-    r.code = static_cast<uint16_t>(ErrorCode::kDisconnected);
-    const std::string text = "kvpoold disconnected this client: " + why;
-    std::memcpy(r.message, text.data(), std::min(text.size(), sizeof(r.message) - 1));
-    (void)shm::send_message(s.sock.get(), std::as_bytes(std::span(&r, 1)));
+    proto::send_refusal(s.sock.get(), proto::MsgType::kDisconnect, ErrorCode::kDisconnected,
+                        "kvpoold disconnected this client: " + why);
   }
   // Cutting the socket is what the client notices (its calls then fail); its blocks are
   // returned now, since it can no longer use them through us.
@@ -910,7 +835,7 @@ void Engine::shutdown() {
   spdlog::info("kvpoold stopping: telling {} client(s)",
                std::count_if(sessions_.begin(), sessions_.end(),
                              [](const Session& s) { return s.state != SlotState::kFree; }));
-  ctl_->state.store(static_cast<uint32_t>(shm::DaemonState::kStopping), std::memory_order_release);
+  control_.publish_stopping();
   for (auto& s : sessions_) {
     if (s.state == SlotState::kFree) continue;
     // Wake a client parked on its response ring so it sees the hang-up at once.

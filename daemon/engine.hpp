@@ -16,6 +16,7 @@
 #include "daemon/session.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
@@ -83,7 +84,7 @@ class Engine {
   Config config_;
   std::string runtime_dir_;
   std::string socket_path_;
-  shm::Segment control_;
+  shm::ControlWriter control_;  // the control segment, shm/control_segment.hpp
   shm::ControlHeader* ctl_ = nullptr;
   shm::SlotInfo* slots_info_ = nullptr;
   std::vector<ServedPool> pools_;

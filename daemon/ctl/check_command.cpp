@@ -2,8 +2,8 @@
 // Verifies every pool's invariants (PoolCore::check_invariants) without disturbing the
 // daemon: each arena is copied out of the read-only mapping into private memory, and the
 // copy is checked. The engine may be writing meanwhile, so a copy is kept only when the
-// arena's write_seq was the same even number before and after it (a seqlock); otherwise
-// the copy is retried. Also checks that no free client slot still holds blocks.
+// arena's seqlock says nothing changed during it (ArenaView::copy_to); otherwise the copy
+// is retried. Also checks that no free client slot still holds blocks.
 //
 // Exit 0: all invariants hold. Exit 1: a violation (named on stderr) or no daemon.
 // Exit 3: the daemon kept writing and no consistent copy could be taken; try again.
@@ -46,16 +46,13 @@ struct PoolResult {
 };
 
 PoolResult check_pool(const ctl::ControlView& v, size_t index) {
-  const shm::PoolInfo& info = *v.pool_infos[index];
-  const pool::PoolCore& live = v.pools[index];
+  const pool::ArenaView& live = v.pools[index];
   PoolResult r;
   r.name = live.name();
   r.blocks = live.num_blocks();
-  const auto* src = v.segment.as<std::byte>() + info.arena_offset;
-  const size_t bytes = info.arena_bytes;
+  const size_t bytes = live.bytes();
   Buffer copy(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
   if (!copy) throw CommandError("cannot allocate " + std::to_string(bytes) + " bytes for a copy");
-  const std::atomic<uint32_t>& seq = live.stats().write_seq;
   const uint32_t max_clients = v.header->max_clients;
   std::vector<uint32_t> state_before(max_clients), gen_before(max_clients);
 
@@ -64,14 +61,7 @@ PoolResult check_pool(const ctl::ControlView& v, size_t index) {
       state_before[i] = v.slots[i].state.load(std::memory_order_acquire);
       gen_before[i] = v.slots[i].generation.load(std::memory_order_relaxed);
     }
-    uint32_t s1 = seq.load(std::memory_order_acquire);
-    if (s1 & 1u) {
-      backoff(r.attempts);
-      continue;
-    }
-    std::memcpy(copy.get(), src, bytes);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (seq.load(std::memory_order_relaxed) != s1) {
+    if (!live.copy_to(copy.get())) {  // the engine wrote meanwhile: the copy may be torn
       backoff(r.attempts);
       continue;
     }

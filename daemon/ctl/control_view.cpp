@@ -47,24 +47,12 @@ std::string layout_kind_config_name(LayoutKind kind) {
   return "unknown(" + std::to_string(static_cast<uint32_t>(kind)) + ")";
 }
 
-SlotHoldings slot_holdings(const pool::PoolCore& pool, uint32_t slot) {
-  SlotHoldings h;
-  if (slot >= pool.max_owners()) return h;
-  // The engine writes these plain fields while we read: load each one whole.
-  const pool::OwnerRecord& o = pool.owner_record(slot);
-  h.mutable_blocks = __atomic_load_n(&o.mutable_count, __ATOMIC_RELAXED);
-  h.held_blocks = __atomic_load_n(&o.hold_entries, __ATOMIC_RELAXED);
-  h.held_refs = __atomic_load_n(&o.hold_refs, __ATOMIC_RELAXED);
-  return h;
+SlotHoldings slot_holdings(const pool::ArenaView& pool, uint32_t slot) {
+  return pool.holdings(slot);
 }
 
 const shm::LatencyHistogram* request_latency(const ControlView& v) {
-  const shm::ControlHeader& h = *v.header;
-  // Every layout-2 header has it; the size check guards against a short header only.
-  if (h.header_bytes <
-      offsetof(shm::ControlHeader, request_latency) + sizeof(shm::LatencyHistogram))
-    return nullptr;
-  return &h.request_latency;
+  return v.control.request_latency();
 }
 
 std::string format_table(const std::vector<std::vector<std::string>>& rows) {

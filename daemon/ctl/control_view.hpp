@@ -7,17 +7,17 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "kvpool/pool/pool_core.hpp"
-#include "kvpool/shm/segment.hpp"
+#include "kvpool/pool/arena_view.hpp"
+#include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::ctl {
 
 struct ControlView {
-  shm::Segment segment;
+  shm::ControlReader control;  // validated once (shm/control_segment.hpp); const access only
   const shm::ControlHeader* header = nullptr;
   std::vector<const shm::PoolInfo*> pool_infos;
-  std::vector<pool::PoolCore> pools;  // const use only: the mapping is read-only
+  std::vector<pool::ArenaView> pools;  // control.arena(i), each
   const shm::SlotInfo* slots = nullptr;
 };
 
@@ -45,15 +45,10 @@ std::string storage_name(uint32_t storage);
 // The config file's names: "fully_contiguous", "layer_separate".
 std::string layout_kind_config_name(LayoutKind kind);
 
-// What one client slot holds in one pool: its mutable blocks and the distinct registered
-// blocks it references (OwnerRecord). Read from the live arena: a moment old, never torn
-// per field.
-struct SlotHoldings {
-  uint32_t mutable_blocks = 0;
-  uint32_t held_blocks = 0;  // distinct immutable blocks referenced
-  uint64_t held_refs = 0;    // references (a block matched twice counts twice)
-};
-SlotHoldings slot_holdings(const pool::PoolCore& pool, uint32_t slot);
+// What one client slot holds in one pool (ArenaView::holdings). Read from the live arena: a
+// moment old, never torn per field.
+using SlotHoldings = pool::OwnerHoldings;
+SlotHoldings slot_holdings(const pool::ArenaView& pool, uint32_t slot);
 
 // The request latency histogram, when the daemon writes one (layout minor >= 2).
 const shm::LatencyHistogram* request_latency(const ControlView& v);

@@ -107,23 +107,17 @@ void print_lost(uint64_t lost, bool json) {
 }
 
 bool daemon_alive(const ctl::ControlView& v) {
-  if (v.header->state.load(std::memory_order_acquire) !=
-      static_cast<uint32_t>(shm::DaemonState::kReady))
-    return false;
+  if (v.control.state() != shm::DaemonState::kReady) return false;  // an acquire load
   // EPERM: alive, run by another user (the unit's kvpool user).
   return ::kill(static_cast<pid_t>(v.header->daemon_pid), 0) == 0 || errno == EPERM;
 }
 
 void run_events(const EventsOptions& o) {
   ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
-  const shm::ControlHeader& h = *v.header;
-  if (h.event_ring_offset == 0 || h.event_ring_bytes == 0)
+  if (!v.control.has_event_ring())
     throw CommandError("kvpoold of instance '" + o.instance +
                        "' keeps no event ring (\"event_ring_slots\": 0 in its config)");
-  if (h.event_ring_offset + h.event_ring_bytes > v.segment.size())
-    throw CommandError("the event ring lies outside the control segment (a corrupt header)");
-  auto reader = shm::EventRingReader::attach(v.segment.as<const char>() + h.event_ring_offset,
-                                             h.event_ring_bytes);
+  auto reader = v.control.event_ring();  // its bounds were checked when the view was opened
   if (!reader) throw CommandError(reader.status());
   shm::EventRingReader& ring = reader.value();
   if (o.new_only) {

@@ -4,35 +4,30 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "connection.hpp"
 #include "control_view.hpp"
+#include "kvpool/core/hash.hpp"
 #include "kvpool/core/version.hpp"
+#include "kvpool/shm/handshake.hpp"
 
 namespace kvpool {
 namespace ctl {
 
 ControlView open_control(const std::string& instance, const std::string& runtime_dir) {
-  auto seg = detail::Connection::observe(instance, runtime_dir);
-  if (!seg) {
-    if (seg.status().code() == ErrorCode::kNotFound)
+  // Validated once, completely (offsets, lengths, arenas): see shm/control_segment.hpp.
+  auto control = shm::observe(instance, runtime_dir);
+  if (!control) {
+    if (control.status().code() == ErrorCode::kNotFound)
       throw CommandError("no kvpoold is running for instance '" + instance + "' (" +
-                         seg.status().message() + ")");
-    throw CommandError(seg.status());
+                         control.status().message() + ")");
+    throw CommandError(control.status());
   }
   ControlView v;
-  v.segment = std::move(seg.value());
-  auto* base = v.segment.as<char>();
-  v.header = reinterpret_cast<const shm::ControlHeader*>(base);
-  v.slots = reinterpret_cast<const shm::SlotInfo*>(base + v.header->slots_offset);
-  auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + v.header->pools_offset);
-  for (uint32_t i = 0; i < v.header->num_pools; ++i) {
-    const shm::PoolInfo* info = &infos[i];
-    if (info->arena_offset + info->arena_bytes > v.segment.size())
-      throw CommandError("pool " + std::to_string(i) + " arena lies outside the control segment");
-    auto core = pool::PoolCore::attach(base + info->arena_offset, info->arena_bytes, i, info->name);
-    if (!core) throw CommandError(core.status());
-    v.pool_infos.push_back(info);
-    v.pools.push_back(std::move(core.value()));
+  v.control = std::move(control.value());  // the mapping stays put: the pointers below hold
+  v.header = &v.control.header();
+  v.slots = v.control.slots().data();
+  for (uint32_t i = 0; i < v.control.num_pools(); ++i) {
+    v.pool_infos.push_back(&v.control.pool_info(i));
+    v.pools.push_back(v.control.arena(i));
   }
   return v;
 }

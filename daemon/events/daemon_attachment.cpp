@@ -9,8 +9,9 @@
 #include <cstring>
 #include <thread>
 
-#include "connection.hpp"
+#include "kvpool/pool/arena_view.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/handshake.hpp"
 
 namespace kvpool::events {
 namespace {
@@ -28,36 +29,16 @@ AlignedBuffer aligned_buffer(size_t bytes) {
 
 Result<std::unique_ptr<DaemonAttachment>> DaemonAttachment::attach(const std::string& instance,
                                                                    const std::string& runtime_dir) {
-  auto seg = detail::Connection::observe(instance, runtime_dir);
-  if (!seg) return seg.status();
+  // Validated once, completely (offsets, lengths, arenas): see shm/control_segment.hpp.
+  auto control = shm::observe(instance, runtime_dir);
+  if (!control) return control.status();
   std::unique_ptr<DaemonAttachment> a(new DaemonAttachment());
-  a->segment_ = std::move(seg.value());
-  const auto* base = a->segment_.as<const char>();
-  const size_t size = a->segment_.size();
-  if (size < sizeof(shm::ControlHeader))
-    return Status(ErrorCode::kProtocolError, "control segment smaller than its header");
-  a->header_ = reinterpret_cast<const shm::ControlHeader*>(base);
-  const auto& h = *a->header_;
-  if (h.magic != shm::kControlMagic || h.layout_major != shm::kLayoutMajor)
-    return Status(ErrorCode::kVersionMismatch,
-                  "kvpoold of instance '" + instance + "' speaks shm layout " +
-                      std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor) +
-                      ", kvpool-events " + std::to_string(shm::kLayoutMajor) + "." +
-                      std::to_string(shm::kLayoutMinor));
-  if (h.event_ring_offset == 0)
+  a->control_ = std::move(control.value());
+  if (!a->control_.has_event_ring())
     return Status(ErrorCode::kUnsupported, "kvpoold of instance '" + instance +
                                                "' has no event ring (\"event_ring_slots\": 0 in "
                                                "its config)");
-  if (h.pools_offset + uint64_t{h.num_pools} * sizeof(shm::PoolInfo) > size ||
-      h.event_ring_offset + h.event_ring_bytes > size)
-    return Status(ErrorCode::kProtocolError, "control segment offsets lie outside the segment");
-  a->infos_ = reinterpret_cast<const shm::PoolInfo*>(base + h.pools_offset);
-  for (uint32_t i = 0; i < h.num_pools; ++i) {
-    if (a->infos_[i].arena_offset + a->infos_[i].arena_bytes > size)
-      return Status(ErrorCode::kProtocolError,
-                    "pool " + std::to_string(i) + " arena lies outside the control segment");
-  }
-  auto ring = shm::EventRingReader::attach(base + h.event_ring_offset, h.event_ring_bytes);
+  auto ring = a->control_.event_ring();
   if (!ring) return ring.status();
   a->ring_ = ring.value();
   return a;
@@ -65,8 +46,8 @@ Result<std::unique_ptr<DaemonAttachment>> DaemonAttachment::attach(const std::st
 
 std::vector<PoolMeta> DaemonAttachment::pool_metas() const {
   std::vector<PoolMeta> metas;
-  for (uint32_t i = 0; i < header_->num_pools; ++i) {
-    const shm::PoolInfo& info = infos_[i];
+  for (uint32_t i = 0; i < control_.num_pools(); ++i) {
+    const shm::PoolInfo& info = control_.pool_info(i);
     PoolMeta m;
     m.name.assign(info.name, strnlen(info.name, sizeof(info.name)));
     m.device = info.storage == static_cast<uint32_t>(shm::StorageKind::kCuda);
@@ -79,20 +60,17 @@ std::vector<PoolMeta> DaemonAttachment::pool_metas() const {
 }
 
 bool DaemonAttachment::daemon_alive() const {
-  if (header_->state.load(std::memory_order_acquire) !=
-      static_cast<uint32_t>(shm::DaemonState::kReady))
-    return false;
+  if (control_.state() != shm::DaemonState::kReady) return false;  // an acquire load
   // EPERM: alive, run by another user (the systemd unit's kvpool user).
-  return ::kill(static_cast<pid_t>(header_->daemon_pid), 0) == 0 || errno == EPERM;
+  return ::kill(static_cast<pid_t>(daemon_pid()), 0) == 0 || errno == EPERM;
 }
 
 Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
-  const uint32_t np = header_->num_pools;
-  const auto* base = segment_.as<const char>();
+  const uint32_t np = control_.num_pools();
   std::vector<AlignedBuffer> copies(np);
   std::vector<pool::PoolCore> cores(np);
   for (uint32_t i = 0; i < np; ++i) {
-    copies[i] = aligned_buffer(infos_[i].arena_bytes);
+    copies[i] = aligned_buffer(control_.arena(i).bytes());
     if (!copies[i])
       return Status(ErrorCode::kResourceExhausted, "no memory for a registry snapshot");
   }
@@ -106,15 +84,12 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
     bool quiet = true;
     bool attached = true;
     for (uint32_t i = 0; i < np; ++i) {
-      const auto* live = reinterpret_cast<const pool::ArenaHeader*>(base + infos_[i].arena_offset);
-      // The writer keeps write_seq odd while a call changes the arena: a copy taken between
-      // two equal even values saw no change at all.
-      const uint32_t before = live->stats.write_seq.load(std::memory_order_acquire);
-      std::memcpy(copies[i].get(), base + infos_[i].arena_offset, infos_[i].arena_bytes);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      const uint32_t after = live->stats.write_seq.load(std::memory_order_relaxed);
-      quiet = quiet && before % 2 == 0 && before == after;
-      auto core = pool::PoolCore::attach(copies[i].get(), infos_[i].arena_bytes, i, infos_[i].name);
+      const pool::ArenaView& live = control_.arena(i);
+      // The arena's seqlock: a copy the writer did not change meanwhile. Every pool is
+      // copied even after a torn one (a best-effort copy is kept as the last resort).
+      const bool stable = live.copy_to(copies[i].get());
+      quiet = quiet && stable;
+      auto core = pool::PoolCore::attach(copies[i].get(), live.bytes(), i, live.name());
       if (!core) {
         last_error = core.status();
         attached = false;

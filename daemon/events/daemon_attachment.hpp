@@ -1,5 +1,5 @@
 // A read-only attachment to one running kvpoold, as kvpool-events needs it: the control
-// segment (through Connection::observe, like kvpoolctl), its event ring, and consistent
+// segment (through shm::observe, like kvpoolctl), its event ring, and consistent
 // snapshots of its pools' registries. Nothing here can write to the daemon's memory.
 #pragma once
 
@@ -11,8 +11,8 @@
 #include "daemon/events/message_builder.hpp"
 #include "daemon/events/pool_meta.hpp"
 #include "kvpool/core/status.hpp"
+#include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/event_ring.hpp"
-#include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::events {
@@ -39,9 +39,9 @@ class DaemonAttachment {
   // False once the daemon is stopping or its process is gone (a restarted daemon has a new
   // control segment: attach again).
   bool daemon_alive() const;
-  int64_t daemon_pid() const { return header_->daemon_pid; }
-  uint32_t num_pools() const { return header_->num_pools; }
-  const shm::PoolInfo& pool_info(uint32_t i) const { return infos_[i]; }
+  int64_t daemon_pid() const { return control_.header().daemon_pid; }
+  uint32_t num_pools() const { return control_.num_pools(); }
+  const shm::PoolInfo& pool_info(uint32_t i) const { return control_.pool_info(i); }
   // What the event formats need of each pool (storage, page size, hash scheme).
   std::vector<PoolMeta> pool_metas() const;
 
@@ -52,9 +52,7 @@ class DaemonAttachment {
  private:
   DaemonAttachment() = default;
 
-  shm::Segment segment_;
-  const shm::ControlHeader* header_ = nullptr;
-  const shm::PoolInfo* infos_ = nullptr;
+  shm::ControlReader control_;
   shm::EventRingReader ring_;
 };
 

@@ -16,6 +16,7 @@
 #include "kvpool/core/version.hpp"
 #include "kvpool/cuda/device.hpp"
 #include "kvpool/shm/futex.hpp"
+#include "kvpool/shm/handshake.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 #include "kvpool/shm/unix_socket.hpp"
 
@@ -25,10 +26,6 @@ namespace {
 constexpr auto kFutexTimeout = std::chrono::milliseconds(20);
 constexpr int kLeaseTickMs = 10;
 constexpr uint32_t kReleaseBatch = 64;
-
-Status daemon_gone(const std::string& why) {
-  return Status(ErrorCode::kDaemonGone, "kvpoold is gone (" + why + "); reconnect when it is back");
-}
 
 // Bumped in every child of fork(): a Client inherited by a child shares the parent's socket
 // and rings but has no lease thread, and its calls would hang once the parent is gone.
@@ -48,85 +45,7 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& instance,
-                                                  proto::MsgType type, uint16_t major,
-                                                  int timeout_ms, proto::Welcome* welcome) {
-  proto::Hello h{};
-  h.magic = proto::kHelloMagic;
-  h.type = type;
-  h.layout_major = major;
-  h.layout_minor = shm::kLayoutMinor;
-  h.client_version = version_packed();
-  std::memcpy(h.instance, instance.data(), std::min(instance.size(), sizeof(h.instance) - 1));
-  KVPOOL_RETURN_IF_ERROR(shm::send_message(fd, std::as_bytes(std::span(&h, 1))));
-  alignas(8) std::byte buf[512];
-  std::vector<shm::UniqueFd> fds;
-  auto n = shm::recv_message(fd, buf, &fds, timeout_ms);
-  if (!n) return n.status();
-  if (*n == 0) return daemon_gone("it closed the connection during the handshake");
-  if (*n == sizeof(proto::Refusal)) {
-    proto::Refusal r;
-    std::memcpy(&r, buf, sizeof(r));
-    r.message[sizeof(r.message) - 1] = '\0';
-    if (r.magic == proto::kHelloMagic && r.type == proto::MsgType::kRefusal)
-      return Status(static_cast<ErrorCode>(r.code), std::string("kvpoold refused: ") + r.message);
-  }
-  if (*n != sizeof(proto::Welcome))
-    return Status(ErrorCode::kProtocolError,
-                  "unexpected handshake answer of " + std::to_string(*n) + " bytes");
-  std::memcpy(welcome, buf, sizeof(*welcome));
-  if (welcome->magic != proto::kHelloMagic || welcome->type != proto::MsgType::kWelcome ||
-      welcome->num_fds != fds.size())
-    return Status(ErrorCode::kProtocolError, "malformed welcome from kvpoold");
-  return fds;
-}
-
-// The daemon answered on the socket: is it one we may trust with our KV bytes?
-Status check_peer(int fd, const std::string& socket_file) {
-  auto cred = shm::peer_credentials(fd);
-  if (!cred) return cred.status();
-  return check_daemon_uid(socket_file, cred->uid);
-}
-
-Result<shm::Segment> map_control(shm::UniqueFd fd) {
-  auto seg = shm::Segment::map_fd(std::move(fd), /*writable=*/false);
-  if (!seg) return seg.status();
-  auto* h = seg->as<shm::ControlHeader>();
-  if (seg->size() < sizeof(shm::ControlHeader) || h->magic != shm::kControlMagic)
-    return Status(ErrorCode::kProtocolError, "the control segment is not a kvpool segment");
-  if (h->layout_major != shm::kLayoutMajor)
-    return Status(ErrorCode::kVersionMismatch,
-                  "kvpoold uses shm layout " + std::to_string(h->layout_major) + ", this library " +
-                      std::to_string(shm::kLayoutMajor));
-  if (h->state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::DaemonState::kReady))
-    return daemon_gone("it is not ready");
-  if (h->total_bytes > seg->size())
-    return Status(ErrorCode::kProtocolError, "the control segment is smaller than its header says");
-  return seg;
-}
-
 }  // namespace
-
-Result<shm::Segment> Connection::observe(const std::string& instance,
-                                         const std::string& runtime_dir) {
-  KVPOOL_RETURN_IF_ERROR(validate_instance_name(instance));
-  std::string dir = runtime_dir;
-  if (dir.empty()) {
-    auto found = find_runtime_dir(instance);
-    if (!found) return found.status();
-    dir = *found;
-  }
-  auto sock = shm::connect_unix(socket_path(dir, instance));
-  if (!sock) return sock.status();
-  KVPOOL_RETURN_IF_ERROR(check_peer(sock->get(), socket_path(dir, instance)));
-  proto::Welcome w{};
-  auto fds =
-      exchange_hello(sock->get(), instance, proto::MsgType::kObserve, shm::kLayoutMajor, 5000, &w);
-  if (!fds) return fds.status();
-  if (fds->size() != 1)
-    return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
-  return map_control(std::move((*fds)[0]));
-}
 
 Result<std::unique_ptr<Connection>> Connection::open(const std::string& instance,
                                                      const ConnectionOptions& options) {
@@ -152,14 +71,18 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   auto sock = shm::connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
   sock_ = std::move(sock.value());
-  KVPOOL_RETURN_IF_ERROR(check_peer(sock_.get(), socket_path(dir, instance)));
+  KVPOOL_RETURN_IF_ERROR(proto::check_daemon_peer(sock_.get(), socket_path(dir, instance)));
   proto::Welcome w{};
-  auto fds = exchange_hello(sock_.get(), instance, proto::MsgType::kHello, options.layout_major,
+  auto fds =
+      proto::exchange_hello(sock_.get(), instance, proto::MsgType::kHello, options.layout_major,
                             static_cast<int>(options.connect_timeout.count()), &w);
   if (!fds) return fds.status();
   if (fds->size() < 3)
     return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
-  auto ctl = map_control(std::move((*fds)[0]));
+  // The control segment, read-only, validated once (shm/control_segment.hpp).
+  auto ctl_seg = shm::Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
+  if (!ctl_seg) return ctl_seg.status();
+  auto ctl = shm::ControlReader::open(std::move(ctl_seg.value()));
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
   auto cseg = shm::Segment::map_fd(std::move((*fds)[1]), true);
@@ -180,8 +103,7 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
                      w.ring_capacity);
 
   const auto& ctl_h = control();
-  auto* infos =
-      reinterpret_cast<const shm::PoolInfo*>(control_.as<const char>() + ctl_h.pools_offset);
+  const std::span<const shm::PoolInfo> infos = control_.pool_infos();
   // After the first three, one descriptor per pool whose storage travels as one, in pool
   // order (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
   size_t pool_fds = 0;
@@ -256,8 +178,7 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   lease_thread_ = std::thread([this, &locked] { lease_main(&locked); });
   Status st = fut.get();
   if (!st.is_ok()) return st;
-  proto::Ready r{proto::kHelloMagic, proto::MsgType::kReady};
-  return shm::send_message(sock_.get(), std::as_bytes(std::span(&r, 1)));
+  return proto::send_ready(sock_.get());
 }
 
 void Connection::lease_main(std::promise<Status>* locked) {
@@ -304,15 +225,10 @@ void Connection::lease_main(std::promise<Status>* locked) {
 }
 
 void Connection::read_disconnect_notice() {
-  alignas(8) std::byte buf[sizeof(proto::Refusal)];
-  auto n = shm::recv_message(sock_.get(), buf, nullptr, 0);
-  if (!n || *n != sizeof(proto::Refusal)) return;
-  proto::Refusal r;
-  std::memcpy(&r, buf, sizeof(r));
-  r.message[sizeof(r.message) - 1] = '\0';
-  if (r.magic != proto::kHelloMagic || r.type != proto::MsgType::kDisconnect) return;
+  auto reason = proto::read_disconnect_notice(sock_.get());
+  if (!reason) return;
   std::lock_guard lk(gone_mutex_);
-  disconnect_reason_ = r.message;
+  disconnect_reason_ = std::move(*reason);
 }
 
 Status Connection::gone_status(const std::string& when) const {
@@ -321,7 +237,7 @@ Status Connection::gone_status(const std::string& when) const {
     if (!disconnect_reason_.empty())
       return Status(ErrorCode::kDisconnected, disconnect_reason_ + " (" + when + ")");
   }
-  return daemon_gone(when);
+  return proto::daemon_gone(when);
 }
 
 Status Connection::check_usable() const {
@@ -358,8 +274,8 @@ Connection::~Connection() {
 
 bool Connection::gone() const {
   if (gone_.load(std::memory_order_acquire)) return true;
-  return control_.data() != nullptr && control().state.load(std::memory_order_acquire) !=
-                                           static_cast<uint32_t>(shm::DaemonState::kReady);
+  // state() loads with acquire: a stopping daemon is seen as gone at once.
+  return control_.valid() && control_.state() != shm::DaemonState::kReady;
 }
 
 void Connection::wake_daemon() {

@@ -20,6 +20,7 @@
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/protocol.hpp"
 #include "kvpool/shm/ring.hpp"
 #include "kvpool/shm/segment.hpp"
@@ -74,14 +75,12 @@ class Connection {
  public:
   static Result<std::unique_ptr<Connection>> open(const std::string& instance,
                                                   const ConnectionOptions& options);
-  // kvpoolctl: the control segment of a running daemon, read-only, without attaching.
-  static Result<shm::Segment> observe(const std::string& instance, const std::string& runtime_dir);
   ~Connection();  // detaches: releases the lease, closes the socket
 
   uint32_t slot() const { return slot_; }
   uint32_t generation() const { return generation_; }
   const std::vector<PoolView>& pools() const { return pools_; }
-  const shm::ControlHeader& control() const { return *control_.as<shm::ControlHeader>(); }
+  const shm::ControlHeader& control() const { return control_.header(); }
   // The daemon died, stopped, or cut us off.
   bool gone() const;
 
@@ -138,7 +137,7 @@ class Connection {
 
   shm::UniqueFd sock_;
   shm::UniqueFd bell_;  // eventfd: wakes a parked daemon
-  shm::Segment control_;
+  shm::ControlReader control_;
   shm::Segment client_;
   std::vector<PoolView> pools_;
   uint32_t slot_ = 0;

@@ -224,40 +224,46 @@ void ChildProcess::kill_and_reap() {
 // ---- daemon view -----------------------------------------------------------------------------
 
 DaemonView DaemonView::open(const std::string& instance, const std::string& runtime_dir) {
-  auto seg = detail::Connection::observe(instance, runtime_dir);
-  if (!seg)
+  // Validated once, completely (offsets, lengths, arenas): see shm/control_segment.hpp.
+  auto control = shm::observe(instance, runtime_dir);
+  if (!control)
     throw HarnessError("cannot observe kvpoold instance '" + instance +
-                       "': " + seg.status().to_string());
+                       "': " + control.status().to_string());
   DaemonView v;
-  v.segment_ = std::move(seg.value());
-  auto* base = v.segment_.as<char>();
-  v.header_ = reinterpret_cast<const shm::ControlHeader*>(base);
-  v.slots_ = reinterpret_cast<const shm::SlotInfo*>(base + v.header_->slots_offset);
-  auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + v.header_->pools_offset);
-  for (uint32_t i = 0; i < v.header_->num_pools; ++i) {
-    const shm::PoolInfo& info = infos[i];
-    if (info.arena_offset + info.arena_bytes > v.segment_.size())
-      throw HarnessError("pool arena outside the control segment");
-    // Read-only use only: the mapping is PROT_READ.
-    auto core = pool::PoolCore::attach(base + info.arena_offset, info.arena_bytes, i, info.name);
-    if (!core) throw HarnessError("pool arena: " + core.status().to_string());
-    v.pools_.push_back(std::move(core.value()));
-  }
+  v.control_ = std::move(control.value());
+  v.snapshots_.resize(v.control_.num_pools());
   return v;
+}
+
+PoolLook DaemonView::pool(uint32_t i) const {
+  const pool::ArenaView& live = control_.arena(i);
+  Snapshot& s = snapshots_.at(i);
+  if (!s.bytes)
+    s.bytes.reset(static_cast<std::byte*>(std::aligned_alloc(64, (live.bytes() + 63) / 64 * 64)),
+                  std::free);
+  // The engine may be mid-call: retry until the arena's seqlock says the copy is whole.
+  auto deadline = Clock::now() + 5s;
+  while (!live.copy_to(s.bytes.get())) {
+    if (Clock::now() > deadline) throw HarnessError("no consistent copy of the pool arena in 5 s");
+    std::this_thread::yield();
+  }
+  auto core = pool::PoolCore::attach(s.bytes.get(), live.bytes(), i, live.name());
+  if (!core) throw HarnessError("pool arena: " + core.status().to_string());
+  s.core = std::move(core.value());
+  return PoolLook(&live, &s.core);
 }
 
 uint32_t DaemonView::clients() const {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < header_->max_clients; ++i)
-    n += slots_[i].state.load(std::memory_order_acquire) !=
-         static_cast<uint32_t>(shm::SlotState::kFree);
+  for (const shm::SlotInfo& s : control_.slots())
+    n += s.state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kFree);
   return n;
 }
 
 std::string DaemonView::describe() const {
   auto rl = [](const auto& a) { return std::to_string(a.load(std::memory_order_relaxed)); };
   std::string s;
-  for (auto& p : pools_) {
+  for (const pool::ArenaView& p : control_.arenas()) {
     auto c = p.counts();
     s += "pool '" + p.name() + "': total " + std::to_string(c.total) + " free " +
          std::to_string(c.free) + " mutable " + std::to_string(c.mutable_blocks) + " active " +

@@ -27,6 +27,8 @@
 
 #include "connection.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/control_segment.hpp"
+#include "kvpool/shm/handshake.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 #include "kvpool/shm/unique_fd.hpp"
@@ -93,27 +95,46 @@ class ChildProcess {
 };
 
 // A read-only view of a running daemon's control segment (what `kvpoolctl status` shows),
-// obtained like kvpoolctl does: Connection::observe over the socket, nothing attached.
+// obtained like kvpoolctl does: shm::observe over the socket, nothing attached.
 // Values are live: every call reads the current state.
+// One pool of a DaemonView: stats() are the live counters (atomics); block(), holds_of() and
+// owner_record() read a private copy of the arena taken under its seqlock when pool() was
+// called (kept until the next pool() of that pool).
+class PoolLook {
+ public:
+  PoolLook(const pool::ArenaView* live, const pool::PoolCore* copy) : live_(live), copy_(copy) {}
+  const pool::PoolStats& stats() const { return live_->stats(); }
+  const pool::BlockMeta& block(uint32_t id) const { return copy_->block(id); }
+  uint32_t holds_of(uint32_t owner, uint32_t id) const { return copy_->holds_of(owner, id); }
+  Status check_invariants() const { return copy_->check_invariants(); }
+  const pool::OwnerRecord& owner_record(uint32_t owner) const { return copy_->owner_record(owner); }
+
+ private:
+  const pool::ArenaView* live_;
+  const pool::PoolCore* copy_;
+};
+
 class DaemonView {
  public:
   static DaemonView open(const std::string& instance, const std::string& runtime_dir);
 
-  const shm::ControlHeader& header() const { return *header_; }
-  const shm::ControlStats& stats() const { return header_->stats; }
-  const shm::SlotInfo& slot(uint32_t i) const { return slots_[i]; }
-  const pool::PoolCore& pool(uint32_t i = 0) const { return pools_.at(i); }
-  pool::PoolCounts counts(uint32_t i = 0) const { return pools_.at(i).counts(); }
+  const shm::ControlHeader& header() const { return control_.header(); }
+  const shm::ControlStats& stats() const { return control_.header().stats; }
+  const shm::SlotInfo& slot(uint32_t i) const { return control_.slot(i); }
+  PoolLook pool(uint32_t i = 0) const;
+  pool::PoolCounts counts(uint32_t i = 0) const { return control_.arena(i).counts(); }
   // Attached (or attaching / suspect) clients.
   uint32_t clients() const;
   // "pool 'g': total 7 free 6 mutable 1 active 0 inactive 0; clients 1, reclaimed 0 ..."
   std::string describe() const;
 
  private:
-  shm::Segment segment_;
-  const shm::ControlHeader* header_ = nullptr;
-  const shm::SlotInfo* slots_ = nullptr;
-  std::vector<pool::PoolCore> pools_;
+  struct Snapshot {
+    std::shared_ptr<std::byte> bytes;  // a private copy of the arena (64-byte aligned)
+    pool::PoolCore core;               // attached to it
+  };
+  shm::ControlReader control_;
+  mutable std::vector<Snapshot> snapshots_;  // one per pool, refreshed by pool()
 };
 
 // A small host pool: `blocks` blocks of 2 layers x 2 (K,V) x page_size tokens x 16 x 2 B.

@@ -24,9 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "connection.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/handshake.hpp"
 
 using namespace kvpool;
 using Clock = std::chrono::steady_clock;
@@ -141,15 +141,9 @@ class Stress {
     violations_.push_back(m);
   }
 
-  const shm::ControlHeader* ctl() const { return control_.as<shm::ControlHeader>(); }
-  const shm::SlotInfo* slots() const {
-    return reinterpret_cast<const shm::SlotInfo*>(control_.as<char>() + ctl()->slots_offset);
-  }
-  pool::PoolCounts counts() const {
-    auto* info = reinterpret_cast<const shm::PoolInfo*>(control_.as<char>() + ctl()->pools_offset);
-    auto core = pool::PoolCore::attach(control_.as<char>() + info->arena_offset, info->arena_bytes);
-    return core ? core->counts() : pool::PoolCounts{};
-  }
+  const shm::ControlHeader* ctl() const { return &control_.header(); }
+  const shm::SlotInfo* slots() const { return control_.slots().data(); }
+  pool::PoolCounts counts() const { return control_.arena(0).counts(); }  // relaxed loads
 
   bool start_daemon() {
     reclaims_seen_ = 0;  // a new daemon counts from zero
@@ -162,9 +156,9 @@ class Stress {
     }
     auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {
-      auto seg = detail::Connection::observe(instance_, dir_);
-      if (seg) {
-        control_ = std::move(seg.value());
+      auto observed = shm::observe(instance_, dir_);
+      if (observed) {
+        control_ = std::move(observed.value());
         return true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // start-up only
@@ -186,7 +180,7 @@ class Stress {
     kill(daemon_, SIGKILL);
     waitpid(daemon_, nullptr, 0);
     restarting_ = false;
-    control_ = shm::Segment();
+    control_ = shm::ControlReader();
     // Workers see DaemonGone and exit 3; they are replaced once the new daemon is up.
     if (!start_daemon()) violation("kvpoold did not restart over its stale segments");
     auto still_attached = [&] {
@@ -351,9 +345,11 @@ class Stress {
     if (c.mutable_blocks != 0) violation(std::to_string(c.mutable_blocks) + " mutable blocks left");
     // Every registered block still holds what its writer wrote: match each by its hash (as a
     // client) and check the pattern. A block handed to two writers would show here.
-    auto* info = reinterpret_cast<const shm::PoolInfo*>(control_.as<char>() + ctl()->pools_offset);
-    std::vector<char> snap(info->arena_bytes);
-    std::memcpy(snap.data(), control_.as<char>() + info->arena_offset, snap.size());
+    // A copy under the arena's seqlock (the workers are gone: the first is consistent).
+    const pool::ArenaView& arena = control_.arena(0);
+    std::vector<char> snap(arena.bytes());
+    for (int attempt = 0; attempt < 1000 && !arena.copy_to(snap.data()); ++attempt)
+      std::this_thread::yield();
     auto core = pool::PoolCore::attach(snap.data(), snap.size());
     if (!core) return violation("cannot read the pool arena: " + core.status().message());
     if (auto s = core->check_invariants(); !s.is_ok()) violation("invariants: " + s.message());
@@ -415,7 +411,7 @@ class Stress {
   pid_t daemon_ = -1;
   bool restarting_ = false;
   Clock::time_point end_;
-  shm::Segment control_;
+  shm::ControlReader control_;
   std::map<pid_t, Clock::time_point> workers_;
   int kills_ = 0;
   uint64_t reclaims_seen_ = 0;     // kills whose reclaim was measured (this daemon run)

@@ -5,8 +5,8 @@
 
 #include "c_api_internal.hpp"
 #include "connection.hpp"
-#include "kvpool/pool/arena.hpp"
-#include "kvpool/shm/segment_layout.hpp"
+#include "kvpool/shm/control_segment.hpp"
+#include "kvpool/shm/handshake.hpp"
 
 using namespace kvpool;
 using namespace kvpool::c_api;
@@ -201,32 +201,29 @@ kvpool_error_code kvpool_pool_counts_get(const kvpool_pool* pool, kvpool_pool_co
                 "kvpool_pool_counts_get: set out->struct_size = sizeof(kvpool_pool_counts) first");
   return guarded([&] {
     ClientShared& sh = *pool->shared;
-    const char* base;
+    const shm::ControlReader* control;
     {
       // The public C++ API has no counts: read them, as kvpoolctl does, from a read-only
       // mapping of the daemon's control segment, asked for once per client.
       std::lock_guard<std::mutex> lock(sh.mu);
       if (!sh.observed) {
-        auto seg = detail::Connection::observe(sh.instance, sh.runtime_dir);
-        if (!seg) return fail(seg.status());
-        sh.observed.emplace(std::move(seg.value()));
+        auto observed = shm::observe(sh.instance, sh.runtime_dir);
+        if (!observed) return fail(observed.status());
+        sh.observed.emplace(std::move(observed.value()));
       }
-      base = sh.observed->as<const char>();
+      control = &*sh.observed;
     }
-    const auto* h = reinterpret_cast<const shm::ControlHeader*>(base);
     uint32_t index = pool->pool.index();
-    if (index >= h->num_pools)
+    if (index >= control->num_pools())
       return fail(KVPOOL_ERR_INTERNAL, "pool index beyond the daemon's pools");
-    const auto* info = reinterpret_cast<const shm::PoolInfo*>(base + h->pools_offset) + index;
-    const auto* arena = reinterpret_cast<const pool::ArenaHeader*>(base + info->arena_offset);
-    const pool::PoolStats& st = arena->stats;
+    const pool::PoolCounts counts = control->arena(index).counts();  // relaxed loads
     kvpool_pool_counts c{};
     c.struct_size = sizeof(c);
-    c.total = arena->num_blocks;
-    c.free_blocks = st.free_blocks.load(std::memory_order_relaxed);
-    c.inactive = st.inactive_blocks.load(std::memory_order_relaxed);
-    c.active = st.active_blocks.load(std::memory_order_relaxed);
-    c.mutable_blocks = st.mutable_blocks.load(std::memory_order_relaxed);
+    c.total = counts.total;
+    c.free_blocks = counts.free;
+    c.inactive = counts.inactive;
+    c.active = counts.active;
+    c.mutable_blocks = counts.mutable_blocks;
     *out = c;
     return KVPOOL_OK;
   });

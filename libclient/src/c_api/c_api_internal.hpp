@@ -12,7 +12,7 @@
 #include "c_api_completer.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/kvpool.h"
-#include "kvpool/shm/segment.hpp"
+#include "kvpool/shm/control_segment.hpp"
 
 namespace kvpool::c_api {
 
@@ -23,7 +23,7 @@ struct ClientShared {
   std::string instance;
   std::string runtime_dir;
   std::mutex mu;
-  std::optional<shm::Segment> observed;  // the daemon's control segment, read-only
+  std::optional<shm::ControlReader> observed;  // the daemon's control segment, read-only
   std::shared_ptr<Completer> completer;
 
   Completer& completer_once();

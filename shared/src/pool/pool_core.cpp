@@ -150,11 +150,10 @@ Result<PoolCore> PoolCore::create(void* memory, size_t bytes, const PoolCoreConf
   return core;
 }
 
-Result<PoolCore> PoolCore::attach(void* memory, size_t bytes, uint32_t pool_index,
-                                  std::string name) {
+Status PoolCore::validate(const void* memory, size_t bytes) {
   if (memory == nullptr || bytes < sizeof(ArenaHeader))
     return Status(ErrorCode::kInvalidArgument, "arena too small for its header");
-  auto* h = static_cast<ArenaHeader*>(memory);
+  const auto* h = static_cast<const ArenaHeader*>(memory);
   if (h->magic != kArenaMagic)
     return Status(ErrorCode::kVersionMismatch, "pool arena has a bad magic number");
   if (h->version != kArenaVersion)
@@ -164,8 +163,18 @@ Result<PoolCore> PoolCore::attach(void* memory, size_t bytes, uint32_t pool_inde
   auto o = compute_offsets(c);
   if (!o) return o.status();
   if (o->total != h->total_bytes || bytes < o->total || o->blocks != h->off_blocks ||
-      o->hold_table != h->off_hold_table || o->level_table != h->off_level_table)
+      o->hold_table != h->off_hold_table || o->level_table != h->off_level_table ||
+      o->owners != h->off_owners)
     return Status(ErrorCode::kVersionMismatch, "pool arena header is inconsistent");
+  return Status::ok();
+}
+
+Result<PoolCore> PoolCore::attach(void* memory, size_t bytes, uint32_t pool_index,
+                                  std::string name) {
+  KVPOOL_RETURN_IF_ERROR(validate(memory, bytes));
+  auto* h = static_cast<ArenaHeader*>(memory);
+  // Valid: validate() computed the same offsets from the same header.
+  auto o = compute_offsets(PoolCoreConfig{h->num_blocks, h->max_owners, h->max_holds});
   PoolCore p;
   auto* base = static_cast<char*>(memory);
   p.header_ = h;

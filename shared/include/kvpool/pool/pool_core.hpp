@@ -71,10 +71,13 @@ class PoolCore {
   // Initialises a fresh arena in `memory` (64-byte aligned, arena_bytes long).
   static Result<PoolCore> create(void* memory, size_t bytes, const PoolCoreConfig& config,
                                  uint32_t pool_index = 0, std::string name = "pool");
-  // A view of an arena some writer initialised (validates magic, version and bounds).
-  // Read-only users must only call const members.
+  // A view of an arena some writer initialised, to write it (validates as below). Readers
+  // of another process's arena use ArenaView (arena_view.hpp), or attach to a private copy.
   static Result<PoolCore> attach(void* memory, size_t bytes, uint32_t pool_index = 0,
                                  std::string name = "pool");
+  // Checks an arena some writer initialised: magic, version, and every offset of its header
+  // against its sizes and `bytes`. What attach checks; for read-only views.
+  static Status validate(const void* memory, size_t bytes);
 
   void set_event_sink(EventSink* sink) { sink_ = sink; }
   // kInvalidArgument when max_owners * max_refs_per_block could wrap a refcount.

@@ -1,0 +1,141 @@
+#include "kvpool/shm/handshake.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "kvpool/core/paths.hpp"
+#include "kvpool/core/version.hpp"
+#include "kvpool/shm/segment.hpp"
+#include "kvpool/shm/unix_socket.hpp"
+
+namespace kvpool::proto {
+
+Status daemon_gone(const std::string& why) {
+  return Status(ErrorCode::kDaemonGone, "kvpoold is gone (" + why + "); reconnect when it is back");
+}
+
+Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& instance, MsgType type,
+                                                  uint16_t layout_major, int timeout_ms,
+                                                  Welcome* welcome) {
+  Hello h{};
+  h.magic = kHelloMagic;
+  h.type = type;
+  h.layout_major = layout_major;
+  h.layout_minor = shm::kLayoutMinor;
+  h.client_version = version_packed();
+  std::memcpy(h.instance, instance.data(), std::min(instance.size(), sizeof(h.instance) - 1));
+  KVPOOL_RETURN_IF_ERROR(shm::send_message(fd, std::as_bytes(std::span(&h, 1))));
+  alignas(8) std::byte buf[512];
+  std::vector<shm::UniqueFd> fds;
+  auto n = shm::recv_message(fd, buf, &fds, timeout_ms);
+  if (!n) return n.status();
+  if (*n == 0) return daemon_gone("it closed the connection during the handshake");
+  if (*n == sizeof(Refusal)) {
+    Refusal r;
+    std::memcpy(&r, buf, sizeof(r));
+    r.message[sizeof(r.message) - 1] = '\0';
+    if (r.magic == kHelloMagic && r.type == MsgType::kRefusal)
+      return Status(static_cast<ErrorCode>(r.code), std::string("kvpoold refused: ") + r.message);
+  }
+  if (*n != sizeof(Welcome))
+    return Status(ErrorCode::kProtocolError,
+                  "unexpected handshake answer of " + std::to_string(*n) + " bytes");
+  std::memcpy(welcome, buf, sizeof(*welcome));
+  if (welcome->magic != kHelloMagic || welcome->type != MsgType::kWelcome ||
+      welcome->num_fds != fds.size())
+    return Status(ErrorCode::kProtocolError, "malformed welcome from kvpoold");
+  return fds;
+}
+
+Status check_daemon_peer(int fd, const std::string& socket_file) {
+  auto cred = shm::peer_credentials(fd);
+  if (!cred) return cred.status();
+  return check_daemon_uid(socket_file, cred->uid);
+}
+
+Status send_ready(int fd) {
+  Ready r{kHelloMagic, MsgType::kReady};
+  return shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+}
+
+std::optional<std::string> read_disconnect_notice(int fd) {
+  alignas(8) std::byte buf[sizeof(Refusal)];
+  auto n = shm::recv_message(fd, buf, nullptr, 0);
+  if (!n || *n != sizeof(Refusal)) return std::nullopt;
+  Refusal r;
+  std::memcpy(&r, buf, sizeof(r));
+  r.message[sizeof(r.message) - 1] = '\0';
+  if (r.magic != kHelloMagic || r.type != MsgType::kDisconnect) return std::nullopt;
+  return std::string(r.message);
+}
+
+Result<Hello> parse_hello(const void* msg, size_t len) {
+  Hello h{};
+  if (len != sizeof(h))
+    return Status(ErrorCode::kProtocolError, "malformed hello (" + std::to_string(len) + " bytes)");
+  std::memcpy(&h, msg, sizeof(h));
+  if (h.magic != kHelloMagic || (h.type != MsgType::kHello && h.type != MsgType::kObserve))
+    return Status(ErrorCode::kProtocolError, "not a kvpool hello");
+  if (h.layout_major != shm::kLayoutMajor)
+    return Status(ErrorCode::kVersionMismatch,
+                  "client speaks shm layout " + std::to_string(h.layout_major) + "." +
+                      std::to_string(h.layout_minor) + ", kvpoold speaks " +
+                      std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor) +
+                      "; rebuild the worker against a matching libkvpool");
+  h.instance[sizeof(h.instance) - 1] = '\0';
+  return h;
+}
+
+bool is_ready(const void* msg, size_t len) {
+  if (len != sizeof(Ready)) return false;
+  Ready r;
+  std::memcpy(&r, msg, sizeof(r));
+  return r.magic == kHelloMagic && r.type == MsgType::kReady;
+}
+
+Welcome make_welcome() {
+  Welcome w{};
+  w.magic = kHelloMagic;
+  w.type = MsgType::kWelcome;
+  w.layout_major = shm::kLayoutMajor;
+  w.layout_minor = shm::kLayoutMinor;
+  return w;
+}
+
+void send_refusal(int fd, MsgType type, ErrorCode code, const std::string& message) {
+  Refusal r{};
+  r.magic = kHelloMagic;
+  r.type = type;
+  r.code = static_cast<uint16_t>(code);
+  std::memcpy(r.message, message.data(), std::min(message.size(), sizeof(r.message) - 1));
+  (void)shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+}
+
+}  // namespace kvpool::proto
+
+namespace kvpool::shm {
+
+Result<ControlReader> observe(const std::string& instance, const std::string& runtime_dir) {
+  KVPOOL_RETURN_IF_ERROR(validate_instance_name(instance));
+  std::string dir = runtime_dir;
+  if (dir.empty()) {
+    auto found = find_runtime_dir(instance);
+    if (!found) return found.status();
+    dir = *found;
+  }
+  auto sock = connect_unix(socket_path(dir, instance));
+  if (!sock) return sock.status();
+  KVPOOL_RETURN_IF_ERROR(proto::check_daemon_peer(sock->get(), socket_path(dir, instance)));
+  proto::Welcome w{};
+  auto fds = proto::exchange_hello(sock->get(), instance, proto::MsgType::kObserve, kLayoutMajor,
+                                   5000, &w);
+  if (!fds) return fds.status();
+  if (fds->size() != 1)
+    return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
+  auto seg = Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
+  if (!seg) return seg.status();
+  return ControlReader::open(std::move(seg.value()));
+}
+
+}  // namespace kvpool::shm
