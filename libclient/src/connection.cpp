@@ -25,6 +25,9 @@ namespace {
 
 constexpr auto kFutexTimeout = std::chrono::milliseconds(20);
 constexpr int kLeaseTickMs = 10;
+// Quiet ticks the lease thread stays awake after a release (about a second): an engine
+// releases every step, so in use it never parks and no release has to wake it.
+constexpr uint32_t kLingerTicks = 100;
 constexpr uint32_t kReleaseBatch = 64;
 
 // Bumped in every child of fork(): a Client inherited by a child shares the parent's socket
@@ -190,12 +193,29 @@ void Connection::lease_main(std::promise<Status>* locked) {
   }
   locked->set_value(Status::ok());
   pollfd fds[2] = {{sock_.get(), POLLIN | POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
+  uint32_t linger = 0;  // quiet ticks left before parking
   while (!stop_.load(std::memory_order_acquire)) {
-    // An idle client costs nothing: with no release waiting to be batched, sleep until the
-    // daemon hangs up or a first release kicks us (kick()); then batch for one tick.
-    const bool work = pending_count_.load(std::memory_order_relaxed) > 0 ||
-                      abandoned_count_.load(std::memory_order_relaxed) > 0;
-    int n = ::poll(fds, 2, work ? kLeaseTickMs : -1);
+    // An idle client costs nothing: with no release waiting to be batched and no recent
+    // one, park until the daemon hangs up or a release kicks us (kick()). A client in use
+    // keeps ticking for kLingerTicks after its last release, so that its releases (one
+    // batch per engine step) find us awake and cost no kick, no wake-up of this thread
+    // on a core the worker and the daemon need.
+    bool work = pending_count_.load(std::memory_order_relaxed) > 0 ||
+                abandoned_count_.load(std::memory_order_relaxed) > 0;
+    int timeout = kLeaseTickMs;
+    if (!work && linger == 0) {
+      // Dekker with queue_release_locked: we say we park, then look at the count once
+      // more; a releaser adds to the count, then looks whether we park. One of the two
+      // sees the other's store (both fences are seq_cst), so no release waits unflushed.
+      lease_parked_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      work = pending_count_.load(std::memory_order_relaxed) > 0 ||
+             abandoned_count_.load(std::memory_order_relaxed) > 0;
+      if (!work) timeout = -1;
+    }
+    int n = ::poll(fds, 2, timeout);
+    lease_parked_.store(false, std::memory_order_relaxed);
+    if (!work && linger > 0 && n == 0) --linger;
     if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR))) {
       // After the welcome the daemon writes only to cut us off (with the reason), then hangs
       // up: readable means we are done either way.
@@ -216,6 +236,7 @@ void Connection::lease_main(std::promise<Status>* locked) {
       if (rl.owns_lock()) drain_answers_locked(&later);
     }
     if (pending_count_.load(std::memory_order_relaxed) > 0) {
+      linger = kLingerTicks;
       std::unique_lock lk(send_mutex_, std::try_to_lock);
       if (lk.owns_lock()) (void)flush_locked();
     }
@@ -376,7 +397,10 @@ void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::Block
   if (queued >= kReleaseBatch) {
     (void)flush_locked();
   } else if (queued == 1) {
-    kick();  // the first of a batch: the lease thread flushes it within one tick
+    // The first of a batch: the lease thread flushes it within one tick. Wake it only if
+    // it parked (Dekker with lease_main: the count above, then this look).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (lease_parked_.load(std::memory_order_relaxed)) kick();
   }
 }
 

@@ -167,6 +167,8 @@ class Connection {
   };
   std::map<uint64_t, Abandoned> abandoned_;
   std::atomic<uint32_t> abandoned_count_{0};
+  // The lease thread sleeps without a timeout (a release must kick it awake).
+  std::atomic<bool> lease_parked_{false};
 
   std::atomic<bool> gone_{false};
   mutable std::mutex gone_mutex_;
