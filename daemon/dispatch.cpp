@@ -41,7 +41,12 @@ Dispatcher::Request Dispatcher::decode(uint32_t type, std::span<const std::byte>
 
 uint32_t Dispatcher::answer_capacity(const Request& r) const {
   if (!answers(r.type)) return 0;
-  const uint32_t max_refs = std::min(r.rq.count, refs_limit_);
+  // Words of the answer: one per item, but a kScrub's one request gets a summary and room
+  // for the mismatches it may name.
+  const uint32_t words = r.type == static_cast<uint32_t>(proto::Opcode::kScrub)
+                             ? proto::kScrubAnswerWords
+                             : r.rq.count;
+  const uint32_t max_refs = std::min(words, refs_limit_);
   return kHeaderBytes + max_refs * static_cast<uint32_t>(sizeof(pool::BlockRef)) +
          proto::kMaxErrorMessage;
 }
@@ -103,6 +108,12 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
     st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) +
                                                " bytes does not hold " + std::to_string(rq.count) +
                                                " items");
+  } else if (op == proto::Opcode::kScrub && rq.count != 1) {
+    st = Status(ErrorCode::kProtocolError,
+                "a scrub request carries one ScrubRequest, not " + std::to_string(rq.count));
+  } else if (op == proto::Opcode::kScrub && proto::kScrubAnswerWords > refs_limit_) {
+    st = Status(ErrorCode::kInvalidArgument,
+                "a scrub answer does not fit this instance's response ring (raise ring_bytes)");
   } else if (answering && rq.count > refs_limit_) {
     st = Status(ErrorCode::kInvalidArgument,
                 "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
@@ -138,6 +149,12 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
                    : core->release_immutable(owner, refs, &rejected));
         break;
       }
+      case proto::Opcode::kVerify:
+        st = verify(owner, req, answer.data() + kHeaderBytes, &count_out);
+        break;
+      case proto::Opcode::kScrub:
+        st = scrub(req, answer.data() + kHeaderBytes, &count_out);
+        break;
       case proto::Opcode::kPing:
         break;
     }
@@ -153,6 +170,49 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
   std::memcpy(answer.data(), &rh, sizeof(rh));
   std::memcpy(answer.data() + used, st.message().data(), rh.message_len);
   return {st.code(), used + rh.message_len, rejected};
+}
+
+Status Dispatcher::check_checker(uint32_t pool) const {
+  if (pool < checkers_.size() && checkers_[pool].available()) return Status::ok();
+  return Status(ErrorCode::kUnsupported,
+                "pool '" + cores_[pool]->name() +
+                    "' is not a host pool: block checksums need a host pool, whose bytes "
+                    "kvpoold can read");
+}
+
+Status Dispatcher::verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out) {
+  KVPOOL_RETURN_IF_ERROR(check_checker(r.rq.pool));
+  const BlockChecker& checker = checkers_[r.rq.pool];
+  pool::PoolCore& core = *cores_[r.rq.pool];
+  if (r.rq.count > checker.max_verify_blocks())
+    return Status(ErrorCode::kInvalidArgument,
+                  "verify of " + std::to_string(r.rq.count) + " blocks: pool '" + core.name() +
+                      "' checks at most " + std::to_string(checker.max_verify_blocks()) +
+                      " per request (" + std::to_string(proto::kChecksumBudgetBytes) +
+                      " bytes of hashing)");
+  const auto refs = items_as(r.items, r.rq.count, refs_);
+  // Every handle first: a bad one hashes nothing.
+  for (const pool::BlockRef& ref : refs) KVPOOL_RETURN_IF_ERROR(core.check_held(owner, ref));
+  for (uint32_t i = 0; i < refs.size(); ++i) {
+    const proto::VerifyResult v{refs[i].id,
+                                static_cast<uint32_t>(checker.verify(core, refs[i].id))};
+    std::memcpy(words + i * sizeof(v), &v, sizeof(v));
+  }
+  *count_out = r.rq.count;
+  return Status::ok();
+}
+
+Status Dispatcher::scrub(const Request& r, std::byte* words, uint32_t* count_out) {
+  KVPOOL_RETURN_IF_ERROR(check_checker(r.rq.pool));
+  proto::ScrubRequest sr;
+  std::memcpy(&sr, r.items, sizeof(sr));
+  proto::ScrubMismatch found[proto::kMaxScrubReported];
+  const proto::ScrubSummary s =
+      checkers_[r.rq.pool].scrub(*cores_[r.rq.pool], sr.start_block, sr.byte_budget, found);
+  std::memcpy(words, &s, sizeof(s));
+  std::memcpy(words + sizeof(s), found, s.reported * sizeof(proto::ScrubMismatch));
+  *count_out = static_cast<uint32_t>((sizeof(s) + s.reported * sizeof(proto::ScrubMismatch)) / 8);
+  return Status::ok();
 }
 
 }  // namespace kvpool::daemon

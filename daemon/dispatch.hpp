@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "daemon/block_checks.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/protocol.hpp"
@@ -28,6 +29,10 @@ class Dispatcher {
   // `cores[i]` is pool index i; the cores must outlive the dispatcher. Answers are bounded
   // by `max_answer_payload` (the response ring's largest record payload).
   Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_payload);
+
+  // What kVerify and kScrub read: checkers[i] is pool i's (a default one, for a pool whose
+  // bytes the daemon cannot read, answers kUnsupported). Without this, every pool is so.
+  void set_checkers(std::vector<BlockChecker> checkers) { checkers_ = std::move(checkers); }
 
   // proto::record_answers and proto::answer_type (shm/protocol.hpp).
   static bool answers(uint32_t type) { return proto::record_answers(type); }
@@ -75,7 +80,13 @@ class Dispatcher {
   }
 
  private:
+  // kVerify and kScrub: validate, hash and write their answer words; count_out in words.
+  Status verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out);
+  Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
+  Status check_checker(uint32_t pool) const;
+
   std::vector<pool::PoolCore*> cores_;
+  std::vector<BlockChecker> checkers_;
   uint32_t refs_limit_ = 0;
   // Copies of the payload's items, aligned for the pool core (records are only 8-aligned
   // and live in memory the client can still write).

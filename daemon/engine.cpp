@@ -195,6 +195,12 @@ Status Engine::init() {
   std::vector<pool::PoolCore*> cores;
   for (auto& p : pools_) cores.push_back(&p.core);
   dispatcher_ = Dispatcher(std::move(cores), max_payload);  // the answers' ring is as large
+  std::vector<BlockChecker> checkers(pools_.size());
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    if (const std::byte* bytes = pools_[i].storage.host_bytes())
+      checkers[i] = BlockChecker(bytes, *Layout::create(pools_[i].config.layout));
+  }
+  dispatcher_.set_checkers(std::move(checkers));  // kVerify, kScrub: host pools only
   return Status::ok();
 }
 

@@ -124,6 +124,11 @@ Result<shm::UniqueFd> PoolStorage::client_fd() const {
   return host_.segment.dup_fd();
 }
 
+const std::byte* PoolStorage::host_bytes() const {
+  if (kind_ != shm::StorageKind::kHost) return nullptr;
+  return static_cast<const std::byte*>(host_.segment.data());
+}
+
 void PoolStorage::remove() const {
   // Host pools are memfds: they go with their last descriptor. Nothing has a name.
 }

@@ -45,6 +45,9 @@ class PoolStorage {
   // The descriptor a client's welcome carries for this pool; an invalid UniqueFd when this
   // storage travels without one (proto::welcome_carries_fd is false for its kind).
   Result<shm::UniqueFd> client_fd() const;
+  // Host pools: the block bytes as the daemon maps them (read for checksums, never
+  // written); nullptr for storage the daemon cannot read (device pools).
+  const std::byte* host_bytes() const;
   // Removes named objects (host pools' shm name); memory goes with the object.
   void remove() const;
   // For logs: "host shm /kvpool.default.pool.g2" or "cuda device 0 (GPU-...)".

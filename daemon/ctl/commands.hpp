@@ -42,5 +42,8 @@ void add_check_command(CLI::App& app);
 void add_events_command(CLI::App& app);
 // kvpoolctl top [--instance NAME] [--runtime-dir DIR] [--interval S] [--iterations N]
 void add_top_command(CLI::App& app);
+// kvpoolctl scrub [--instance NAME] [--runtime-dir DIR] [--pool NAME] [--json]
+// (attaches as a client; exit 1 if a block failed its checksum)
+void add_scrub_command(CLI::App& app);
 
 }  // namespace kvpool

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   kvpool::add_check_command(app);
   kvpool::add_events_command(app);
   kvpool::add_top_command(app);
+  kvpool::add_scrub_command(app);
 
   try {
     app.parse(argc, argv);

@@ -196,6 +196,12 @@ std::vector<Family> collect(const ctl::ControlView& v) {
        &pool::PoolStats::released_refs},
       {"rejected_handles_total", "Stale, foreign or unknown block handles refused.",
        &pool::PoolStats::rejected_handles},
+      {"checksum_verified_total",
+       "Checksummed blocks kvpoold hashed (verify requests and kvpoolctl scrub).",
+       &pool::PoolStats::checksum_verified},
+      {"checksum_mismatches_total",
+       "Blocks whose bytes no longer matched their checksum: evicted, never served again.",
+       &pool::PoolStats::checksum_mismatches},
   };
   std::vector<size_t> counter_family;
   for (const auto& pc : pool_counters)

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "client_impl.hpp"
+#include "kvpool/core/checksum.hpp"
 
 namespace kvpool {
 namespace {
@@ -157,10 +161,30 @@ struct RegisterCall {
 };
 
 RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
-                           const std::string& pool_name, std::vector<MutableBlock> blocks) {
+                           const std::string& pool_name, std::vector<MutableBlock> blocks,
+                           const RegisterOptions& options) {
   std::vector<pool::RegisterItem> items(blocks.size());
   std::vector<SequenceHash> hashes(blocks.size());
   Status bad;
+  // Checksums are of the bytes as this process sees them now: the block is still ours
+  // (mutable), so nobody else may be writing it.
+  const std::byte* base = nullptr;
+  if (options.checksum) {
+    const detail::PoolView& view = c->conn->pools()[pool];
+    if (view.is_device()) {
+      bad = Status(ErrorCode::kUnsupported,
+                   "pool '" + pool_name +
+                       "' is a device pool: block checksums need a host pool, whose bytes "
+                       "kvpoold can read (register without RegisterOptions::checksum)");
+    } else {
+      auto b = c->base(pool);
+      if (b) {
+        base = *b;
+      } else {
+        bad = b.status();
+      }
+    }
+  }
   for (size_t i = 0; i < blocks.size() && bad.is_ok(); ++i) {
     MutableBlock& b = blocks[i];
     if (!b.valid() || b.pool_index() != pool) {
@@ -193,7 +217,10 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                                   *bh,
                                   parent.value_or(0),
                                   b.priority(),
-                                  parent ? 1u : 0u};
+                                  parent ? 1u : 0u,
+                                  kNoChecksum};
+    if (base != nullptr)
+      items[i].checksum = block_checksum(base, c->conn->pools()[pool].layout, b.block_id());
     hashes[i] = *seq;
   }
   Result<uint64_t> corr =
@@ -221,15 +248,26 @@ Result<std::vector<ImmutableBlock>> finish_register(const std::shared_ptr<Client
 
 // Blocking: no future's shared state, no task.
 Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks) {
-  RegisterCall call = send_register(client_, index_, name(), std::move(blocks));
+  return register_blocks(std::move(blocks), RegisterOptions{});
+}
+
+Result<std::vector<ImmutableBlock>> Pool::register_blocks(std::vector<MutableBlock> blocks,
+                                                          const RegisterOptions& options) {
+  RegisterCall call = send_register(client_, index_, name(), std::move(blocks), options);
   return finish_register(client_, index_, call);
 }
 
 std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
     std::vector<MutableBlock> blocks) {
+  return register_blocks_async(std::move(blocks), RegisterOptions{});
+}
+
+std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
+    std::vector<MutableBlock> blocks, const RegisterOptions& options) {
   auto c = client_;
   uint32_t pool = index_;
-  auto call = std::make_shared<RegisterCall>(send_register(c, pool, name(), std::move(blocks)));
+  auto call =
+      std::make_shared<RegisterCall>(send_register(c, pool, name(), std::move(blocks), options));
   auto guard = guard_for(c, call->corr, pool, /*immutable=*/true);
   guard->handed_over = call->keep;
   return std::async(std::launch::deferred, [c, pool, call, guard]() {
@@ -258,6 +296,96 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_asy
     guard->armed = false;
     return finish_match(c, pool, corr, h);
   });
+}
+
+// ---- per-block checksums --------------------------------------------------------------------
+
+Result<std::vector<ChecksumResult>> Pool::verify_blocks(std::span<const ImmutableBlock> blocks) {
+  const detail::PoolView& view = client_->conn->pools()[index_];
+  if (view.is_device())
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + view.name + "' is a device pool: block checksums need a host pool");
+  std::vector<pool::BlockRef> refs;
+  refs.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const ImmutableBlock& b = blocks[i];
+    if (!b.valid() || b.pool_index() != index_)
+      return Status(
+          ErrorCode::kInvalidArgument,
+          "block " + std::to_string(i) + " is not a held block of pool '" + view.name + "'");
+    refs.push_back({b.block_id(), b.generation()});
+  }
+  // The daemon hashes at most kChecksumBudgetBytes per request (it serves every client
+  // meanwhile): send as many requests as that takes.
+  const uint64_t per = std::max<uint64_t>(
+      1, proto::kChecksumBudgetBytes / std::max<uint64_t>(view.layout.block_bytes(), 1));
+  std::vector<ChecksumResult> out;
+  out.reserve(refs.size());
+  for (size_t at = 0; at < refs.size(); at += per) {
+    const auto n = static_cast<uint32_t>(std::min<uint64_t>(per, refs.size() - at));
+    auto r = client_->conn->call(Opcode::kVerify, index_, n, refs.data() + at,
+                                 n * sizeof(pool::BlockRef));
+    if (!r) return r.status();
+    if (r->code != ErrorCode::kOk) return r->status();
+    if (r->refs.size() != n)
+      return Status(ErrorCode::kProtocolError, "verify answer of " +
+                                                   std::to_string(r->refs.size()) +
+                                                   " results for " + std::to_string(n) + " blocks");
+    for (const pool::BlockRef& word : r->refs) {
+      proto::VerifyResult v;
+      std::memcpy(&v, &word, sizeof(v));  // the answer's words are VerifyResults
+      out.push_back(static_cast<ChecksumResult>(v.outcome));
+    }
+  }
+  return out;
+}
+
+Status Pool::check_blocks(std::span<const ImmutableBlock> blocks) {
+  auto r = verify_blocks(blocks);
+  if (!r) return r.status();
+  for (size_t i = 0; i < r->size(); ++i) {
+    if ((*r)[i] != ChecksumResult::kMismatch) continue;
+    char hash[24];
+    std::snprintf(hash, sizeof(hash), "0x%016llx",
+                  static_cast<unsigned long long>(blocks[i].sequence_hash()));
+    return Status(ErrorCode::kChecksumMismatch,
+                  "block " + std::to_string(blocks[i].block_id()) + " (sequence hash " + hash +
+                      ") of pool '" + name() +
+                      "' no longer matches the checksum it was registered with: kvpoold "
+                      "evicted it; drop it and recompute its KV");
+  }
+  return Status::ok();
+}
+
+Result<ScrubStep> Pool::scrub_step(uint32_t start_block, uint64_t byte_budget) {
+  if (is_device())
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + name() + "' is a device pool: block checksums need a host pool");
+  const proto::ScrubRequest rq{start_block, 0, byte_budget};
+  auto r = client_->conn->call(Opcode::kScrub, index_, 1, &rq, sizeof(rq));
+  if (!r) return r.status();
+  if (r->code != ErrorCode::kOk) return r->status();
+  // The answer's words: a ScrubSummary, then `reported` ScrubMismatch.
+  const size_t bytes = r->refs.size() * sizeof(pool::BlockRef);
+  proto::ScrubSummary s{};
+  if (bytes < sizeof(s)) return Status(ErrorCode::kProtocolError, "scrub answer too short");
+  const auto* p = reinterpret_cast<const std::byte*>(r->refs.data());
+  std::memcpy(&s, p, sizeof(s));
+  if (bytes != sizeof(s) + uint64_t{s.reported} * sizeof(proto::ScrubMismatch))
+    return Status(ErrorCode::kProtocolError, "scrub answer of " + std::to_string(bytes) +
+                                                 " bytes for " + std::to_string(s.reported) +
+                                                 " mismatches");
+  ScrubStep step;
+  step.next_block = s.next_block;
+  step.checked = s.checked;
+  step.mismatches = s.mismatches;
+  step.skipped = s.skipped;
+  for (uint32_t i = 0; i < s.reported; ++i) {
+    proto::ScrubMismatch m;
+    std::memcpy(&m, p + sizeof(s) + i * sizeof(m), sizeof(m));
+    step.corrupt.push_back({m.block, m.generation, m.sequence_hash});
+  }
+  return step;
 }
 
 namespace {

@@ -168,6 +168,7 @@ static void test_version_and_errors(void) {
   CHECK(strcmp(kvpool_error_name(KVPOOL_ERR_INTERNAL), "Internal") == 0);
   CHECK(strcmp(kvpool_error_name(KVPOOL_ERR_QUOTA_EXCEEDED), "QuotaExceeded") == 0);
   CHECK(strcmp(kvpool_error_name(KVPOOL_ERR_DAEMON_UNRESPONSIVE), "DaemonUnresponsive") == 0);
+  CHECK(strcmp(kvpool_error_name(KVPOOL_ERR_CHECKSUM_MISMATCH), "ChecksumMismatch") == 0);
   CHECK(strcmp(kvpool_error_name((kvpool_error_code)999), "Unknown") == 0);
   CHECK(strcmp(kvpool_error_name((kvpool_error_code)-1), "Unknown") == 0);
 }

@@ -8,9 +8,15 @@
 //               that only the pidfd can tell the daemon this client is gone
 //     truncate  attach, then try to ftruncate and grow the host pool's descriptor; prints
 //               "TRUNCATE shrink=<errno name> grow=<errno name>" and waits for EOF on stdin
+//     scribble --block N
+//               attach, overwrite the first bytes of every region of block N of pool 0
+//               through the read-write mapping every client of a host pool has (the
+//               cache-poisoning write that checksums detect), print "SCRIBBLED block=N" and
+//               wait for EOF on stdin
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,9 +53,12 @@ std::string errno_name(int rc) {
 
 int main(int argc, char** argv) {
   std::string instance, runtime_dir, attack;
+  long block = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--instance" && i + 1 < argc) {
+    if (a == "--block" && i + 1 < argc) {
+      block = std::stol(argv[++i]);
+    } else if (a == "--instance" && i + 1 < argc) {
       instance = argv[++i];
     } else if (a == "--runtime-dir" && i + 1 < argc) {
       runtime_dir = argv[++i];
@@ -79,6 +88,27 @@ int main(int argc, char** argv) {
     const std::string shrink = errno_name(::ftruncate(fd, 0));
     const std::string grow = errno_name(::ftruncate(fd, st.st_size * 2));
     std::printf("TRUNCATE shrink=%s grow=%s\n", shrink.c_str(), grow.c_str());
+    std::fflush(stdout);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+    return 0;
+  }
+  if (attack == "scribble") {
+    const detail::PoolView& pool = conn.pools().at(0);
+    if (block < 0 || static_cast<uint64_t>(block) >= pool.layout.config().num_blocks)
+      die("scribble needs --block N within the pool");
+    auto* base = static_cast<std::byte*>(pool.data.data());
+    for (uint32_t l = 0; l < pool.layout.config().num_layers; ++l) {
+      for (uint32_t o = 0; o < pool.layout.config().outer_dim; ++o) {
+        std::byte* p = base + pool.layout.offset_unchecked(static_cast<uint32_t>(block), l, o);
+        // Other processes read these bytes: plain stores would be a data race in C++ terms.
+        for (int k = 0; k < 8; ++k)
+          std::atomic_ref<std::byte>(p[k]).store(std::byte{0xEE}, std::memory_order_relaxed);
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    std::printf("SCRIBBLED block=%ld\n", block);
     std::fflush(stdout);
     std::string line;
     while (std::getline(std::cin, line)) {

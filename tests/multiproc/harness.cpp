@@ -494,20 +494,31 @@ std::pair<ExitStatus, std::string> DaemonProcess::run_other(const std::vector<st
   return {*st, read_file(path)};
 }
 
-nlohmann::json DaemonProcess::ctl_status() {
+std::pair<ExitStatus, std::string> DaemonProcess::run_ctl(const std::vector<std::string>& args,
+                                                          std::chrono::milliseconds timeout) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw HarnessError(errno_text("pipe2"));
   shm::UniqueFd rd(out[0]), wr(out[1]);
+  std::vector<std::string> argv{KVPOOLCTL_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  for (const char* a : {"--instance", instance_.c_str(), "--runtime-dir", runtime_dir_.c_str()})
+    argv.emplace_back(a);
   ChildProcess c;
-  c.spawn(
-      {KVPOOLCTL_PATH, "status", "--instance", instance_, "--runtime-dir", runtime_dir_, "--json"},
-      child_environment(), -1, wr.get(), 2);
+  c.spawn(argv, child_environment(), -1, wr.get(), 2);
   wr.reset();
-  std::string text = read_all(rd.get(), 20s, "kvpoolctl status");
-  auto st = c.wait_exit(20s);
-  if (!st || !st->exited() || st->code() != 0)
-    throw HarnessError("kvpoolctl status failed (" + (st ? st->describe() : "timeout") +
-                       "): " + text);
+  const std::string what = "kvpoolctl " + (args.empty() ? std::string() : args.front());
+  std::string text = read_all(rd.get(), timeout, what);
+  auto st = c.wait_exit(timeout);
+  if (!st)
+    throw HarnessError(what + " did not exit within " + std::to_string(timeout.count()) +
+                       " ms; its output: " + text);
+  return {*st, text};
+}
+
+nlohmann::json DaemonProcess::ctl_status() {
+  auto [st, text] = run_ctl({"status", "--json"});
+  if (!st.exited() || st.code() != 0)
+    throw HarnessError("kvpoolctl status failed (" + st.describe() + "): " + text);
   return nlohmann::json::parse(text);
 }
 

@@ -198,6 +198,10 @@ class DaemonProcess {
                                                std::chrono::milliseconds timeout = 15s);
   // `kvpoolctl status --json` of this daemon, parsed.
   nlohmann::json ctl_status();
+  // `kvpoolctl <args> --instance I --runtime-dir D` run to completion: its exit status and
+  // stdout (its stderr is the test's).
+  std::pair<ExitStatus, std::string> run_ctl(const std::vector<std::string>& args,
+                                             std::chrono::milliseconds timeout = 20s);
 
  private:
   void notify_main();

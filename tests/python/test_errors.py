@@ -10,7 +10,7 @@ CODES = {
     "ResourceExhausted": 9, "DaemonGone": 10, "ProtocolError": 11, "VersionMismatch": 12,
     "ConfigError": 13, "PermissionDenied": 14, "IoError": 15, "Timeout": 16, "Unsupported": 17,
     "DeviceError": 18, "Disconnected": 19, "Internal": 20, "QuotaExceeded": 21,
-    "DaemonUnresponsive": 22,
+    "DaemonUnresponsive": 22, "ChecksumMismatch": 23,
 }
 
 

@@ -55,6 +55,40 @@ struct ConnectOptions {
 
 class Pool;
 
+struct RegisterOptions {
+  // Send each block's checksum (XXH3-64 of its bytes, computed here before sending; see
+  // kvpool/core/checksum.hpp) with it, so that kvpoold can tell later that its bytes
+  // changed (verify_blocks, `kvpoolctl scrub`) and evict it instead of serving it again.
+  // Costs one read of every block's bytes in this call. Host pools only: kUnsupported for
+  // a device pool. A block deduplicated onto an existing one keeps that block's checksum
+  // (or its lack of one).
+  bool checksum = false;
+};
+
+// What kvpoold found when it hashed a block (Pool::verify_blocks).
+enum class ChecksumResult : uint32_t {
+  kOk = 0,          // the bytes match the checksum it was registered with
+  kMismatch = 1,    // they do not: the block is evicted (no match returns it again); this
+                    // handle stays valid, but its bytes are wrong: drop it
+  kNoChecksum = 2,  // registered without RegisterOptions::checksum: nothing to compare
+};
+
+// A block a scrub step found corrupt (and kvpoold evicted).
+struct ScrubMismatch {
+  uint32_t block_id;
+  uint32_t generation;
+  SequenceHash sequence_hash;
+};
+
+// One bounded step of a scrub (Pool::scrub_step).
+struct ScrubStep {
+  uint32_t next_block = 0;             // start of the next step; the pool's num_blocks when done
+  uint32_t checked = 0;                // checksummed blocks hashed
+  uint32_t mismatches = 0;             // of which failed (evicted)
+  uint32_t skipped = 0;                // registered blocks without a checksum
+  std::vector<ScrubMismatch> corrupt;  // the failed ones
+};
+
 // Copies whole blocks: block src_ids[i] of `src` onto block dst_ids[i] of `dst`, every
 // (layer, outer) region, for every i: device -> host, host -> device, device -> device, or
 // host -> host, between pools whose blocks have the same shape (the layout kinds may
@@ -78,13 +112,34 @@ class Pool {
   // Takes committed blocks; returns, per block, the registered block that now holds its
   // hash (the caller's own, or an existing one it was deduplicated onto).
   Result<std::vector<ImmutableBlock>> register_blocks(std::vector<MutableBlock> blocks);
+  Result<std::vector<ImmutableBlock>> register_blocks(std::vector<MutableBlock> blocks,
+                                                      const RegisterOptions& options);
   Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes);
 
   std::future<Result<std::vector<MutableBlock>>> allocate_blocks_async(uint32_t count);
   std::future<Result<std::vector<ImmutableBlock>>> register_blocks_async(
       std::vector<MutableBlock> blocks);
+  std::future<Result<std::vector<ImmutableBlock>>> register_blocks_async(
+      std::vector<MutableBlock> blocks, const RegisterOptions& options);
   std::future<Result<std::vector<ImmutableBlock>>> match_sequence_hashes_async(
       std::span<const SequenceHash> hashes);
+
+  // Per-block checksums (host pools; kUnsupported for a device pool). kvpoold hashes the
+  // bytes itself: a client can ask for a check, never declare a block corrupt.
+  //
+  // Has kvpoold hash each of `blocks` (immutable blocks of this pool that this client
+  // holds) and compare it with its registered checksum: one result per block, in order.
+  // A kMismatch block has been evicted (counted in kvpool_checksum_mismatches_total).
+  // Blocks are sent in requests of at most ~4 MiB of hashing each.
+  Result<std::vector<ChecksumResult>> verify_blocks(std::span<const ImmutableBlock> blocks);
+  // The same as one Status: ok when no block failed (blocks without a checksum pass),
+  // else kChecksumMismatch naming the first that did.
+  Status check_blocks(std::span<const ImmutableBlock> blocks);
+  // One step of a scrub of the whole pool from `start_block`: kvpoold checks registered
+  // blocks that carry a checksum, hashing at most `byte_budget` bytes (0, or more than
+  // 4 MiB: 4 MiB) but at least one block, and evicts those that fail. Loop from 0 until
+  // next_block == layout().num_blocks (`kvpoolctl scrub` does).
+  Result<ScrubStep> scrub_step(uint32_t start_block, uint64_t byte_budget = 0);
 
   const std::string& name() const;
   const LayoutConfig& layout() const;

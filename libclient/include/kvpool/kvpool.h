@@ -59,28 +59,30 @@ KVPOOL_API uint32_t kvpool_abi_version(void);
 /* The numbers of kvpool::ErrorCode (stable: they travel in shared memory). */
 typedef enum kvpool_error_code {
   KVPOOL_OK = 0,
-  KVPOOL_ERR_NOT_ENOUGH_BLOCKS = 1,   /* allocate(n) with fewer than n free + evictable */
-  KVPOOL_ERR_INVALID_ARGUMENT = 2,    /* a value out of range, a NULL pointer */
-  KVPOOL_ERR_INVALID_STATE = 3,       /* not allowed in the block's current state */
-  KVPOOL_ERR_BLOCK_FULL = 4,          /* add_token on a full block */
-  KVPOOL_ERR_BLOCK_EMPTY = 5,         /* pop_token on an empty block */
-  KVPOOL_ERR_INCOMPLETE_BLOCK = 6,    /* commit before page_size tokens */
-  KVPOOL_ERR_INVALID_HANDLE = 7,      /* a block already consumed, taken or released */
-  KVPOOL_ERR_NOT_FOUND = 8,           /* unknown pool, instance */
-  KVPOOL_ERR_RESOURCE_EXHAUSTED = 9,  /* a fixed capacity (slots, holds, ring, memory) */
-  KVPOOL_ERR_DAEMON_GONE = 10,        /* kvpoold died or stopped: reconnect */
-  KVPOOL_ERR_PROTOCOL_ERROR = 11,     /* malformed record */
-  KVPOOL_ERR_VERSION_MISMATCH = 12,   /* shm layout major differs */
-  KVPOOL_ERR_CONFIG_ERROR = 13,       /* bad configuration field */
-  KVPOOL_ERR_PERMISSION_DENIED = 14,  /* uid/gid not allowed */
-  KVPOOL_ERR_IO_ERROR = 15,           /* an OS call failed */
-  KVPOOL_ERR_TIMEOUT = 16,            /* a bounded wait ran out */
-  KVPOOL_ERR_UNSUPPORTED = 17,        /* e.g. built without CUDA */
-  KVPOOL_ERR_DEVICE_ERROR = 18,       /* a CUDA call failed */
-  KVPOOL_ERR_DISCONNECTED = 19,       /* the daemon cut this client off: reconnect */
-  KVPOOL_ERR_INTERNAL = 20,           /* a bug: an invariant broke */
-  KVPOOL_ERR_QUOTA_EXCEEDED = 21,     /* this client's share (blocks, references) is used up */
-  KVPOOL_ERR_DAEMON_UNRESPONSIVE = 22 /* kvpoold runs but stopped answering (stopped, wedged) */
+  KVPOOL_ERR_NOT_ENOUGH_BLOCKS = 1,    /* allocate(n) with fewer than n free + evictable */
+  KVPOOL_ERR_INVALID_ARGUMENT = 2,     /* a value out of range, a NULL pointer */
+  KVPOOL_ERR_INVALID_STATE = 3,        /* not allowed in the block's current state */
+  KVPOOL_ERR_BLOCK_FULL = 4,           /* add_token on a full block */
+  KVPOOL_ERR_BLOCK_EMPTY = 5,          /* pop_token on an empty block */
+  KVPOOL_ERR_INCOMPLETE_BLOCK = 6,     /* commit before page_size tokens */
+  KVPOOL_ERR_INVALID_HANDLE = 7,       /* a block already consumed, taken or released */
+  KVPOOL_ERR_NOT_FOUND = 8,            /* unknown pool, instance */
+  KVPOOL_ERR_RESOURCE_EXHAUSTED = 9,   /* a fixed capacity (slots, holds, ring, memory) */
+  KVPOOL_ERR_DAEMON_GONE = 10,         /* kvpoold died or stopped: reconnect */
+  KVPOOL_ERR_PROTOCOL_ERROR = 11,      /* malformed record */
+  KVPOOL_ERR_VERSION_MISMATCH = 12,    /* shm layout major differs */
+  KVPOOL_ERR_CONFIG_ERROR = 13,        /* bad configuration field */
+  KVPOOL_ERR_PERMISSION_DENIED = 14,   /* uid/gid not allowed */
+  KVPOOL_ERR_IO_ERROR = 15,            /* an OS call failed */
+  KVPOOL_ERR_TIMEOUT = 16,             /* a bounded wait ran out */
+  KVPOOL_ERR_UNSUPPORTED = 17,         /* e.g. built without CUDA */
+  KVPOOL_ERR_DEVICE_ERROR = 18,        /* a CUDA call failed */
+  KVPOOL_ERR_DISCONNECTED = 19,        /* the daemon cut this client off: reconnect */
+  KVPOOL_ERR_INTERNAL = 20,            /* a bug: an invariant broke */
+  KVPOOL_ERR_QUOTA_EXCEEDED = 21,      /* this client's share (blocks, references) is used up */
+  KVPOOL_ERR_DAEMON_UNRESPONSIVE = 22, /* kvpoold runs but stopped answering (stopped, wedged) */
+  /* a block's bytes no longer match its checksum: kvpoold evicted it */
+  KVPOOL_ERR_CHECKSUM_MISMATCH = 23
 } kvpool_error_code;
 
 /* "NotEnoughBlocks", ...; "Unknown" for a number outside the list. Static storage. */

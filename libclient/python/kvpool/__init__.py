@@ -45,6 +45,7 @@ from ._kvpool import (  # noqa: F401
     ProtocolError,
     QuotaExceeded,
     DaemonUnresponsive,
+    ChecksumMismatch,
     ResourceExhausted,
     Timeout,
     Unsupported,
@@ -99,6 +100,7 @@ __all__ = [
     "Disconnected", "Error", "ErrorCode", "ImmutableBlock", "ImmutableBlocks",
     "IncompleteBlock", "Internal", "InvalidArgument", "InvalidHandle", "InvalidState",
     "IoError", "MutableBlock", "NotEnoughBlocks", "NotFound", "PermissionDenied", "Pool",
-    "ProtocolError", "QuotaExceeded", "DaemonUnresponsive", "ResourceExhausted", "Timeout", "Unsupported", "VersionMismatch",
+    "ProtocolError", "QuotaExceeded", "DaemonUnresponsive", "ChecksumMismatch",
+    "ResourceExhausted", "Timeout", "Unsupported", "VersionMismatch",
     "hash_tokens",
 ]

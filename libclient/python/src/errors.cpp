@@ -8,7 +8,7 @@ namespace py = pybind11;
 namespace kvpool::python {
 namespace {
 
-constexpr uint16_t kMaxCode = static_cast<uint16_t>(ErrorCode::kDaemonUnresponsive);
+constexpr uint16_t kMaxCode = static_cast<uint16_t>(ErrorCode::kChecksumMismatch);
 
 // One exception class per code, indexed by the code's number; [0] is kvpool.Error. Owned by
 // the module (as attributes), so plain pointers live as long as it does.
@@ -61,6 +61,9 @@ const char* doc_of(ErrorCode code) {
       return "This client's share (blocks, references, priority) is used up (config \"quota\").";
     case ErrorCode::kDaemonUnresponsive:
       return "kvpoold runs but has stopped answering (stopped, wedged).";
+    case ErrorCode::kChecksumMismatch:
+      return "A block's bytes no longer match the checksum it was registered with: kvpoold "
+             "evicted it.";
     case ErrorCode::kOk:
       break;
   }

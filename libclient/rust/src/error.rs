@@ -31,6 +31,7 @@ pub enum ErrorCode {
     Internal,
     QuotaExceeded,
     DaemonUnresponsive,
+    ChecksumMismatch,
     /// A number this crate does not know (a newer library).
     Unknown(i32),
 }
@@ -61,6 +62,7 @@ impl ErrorCode {
             20 => Internal,
             21 => QuotaExceeded,
             22 => DaemonUnresponsive,
+            23 => ChecksumMismatch,
             n => Unknown(n),
         }
     }
@@ -91,6 +93,7 @@ impl ErrorCode {
             Internal => 20,
             QuotaExceeded => 21,
             DaemonUnresponsive => 22,
+            ChecksumMismatch => 23,
             Unknown(n) => n,
         }
     }

@@ -48,7 +48,7 @@ uint32_t kvpool_abi_version(void) { return KVPOOL_ABI_VERSION; }
 
 const char* kvpool_error_name(kvpool_error_code code) {
   // error_code_name returns views of string literals, so .data() is NUL-terminated.
-  if (code < KVPOOL_OK || code > KVPOOL_ERR_DAEMON_UNRESPONSIVE) return "Unknown";
+  if (code < KVPOOL_OK || code > KVPOOL_ERR_CHECKSUM_MISMATCH) return "Unknown";
   return error_code_name(static_cast<ErrorCode>(code)).data();
 }
 

@@ -53,6 +53,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "QuotaExceeded";
     case ErrorCode::kDaemonUnresponsive:
       return "DaemonUnresponsive";
+    case ErrorCode::kChecksumMismatch:
+      return "ChecksumMismatch";
   }
   return "Unknown";
 }

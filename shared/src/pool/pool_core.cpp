@@ -1,5 +1,7 @@
 #include "kvpool/pool/pool_core.hpp"
 
+#include "kvpool/core/checksum.hpp"
+
 #include <bit>
 #include <cstring>
 #include <string>
@@ -41,7 +43,8 @@ class WriteSection {
 
 struct Offsets {
   uint32_t table_capacity, hold_table_capacity, max_holds, max_levels, level_table_capacity;
-  uint64_t blocks, table, levels, level_heap, level_table, owners, holds, hold_table, total;
+  uint64_t blocks, table, levels, level_heap, level_table, owners, holds, hold_table, checksums,
+      total;
 };
 
 Result<Offsets> compute_offsets(const PoolCoreConfig& c) {
@@ -78,6 +81,8 @@ Result<Offsets> compute_offsets(const PoolCoreConfig& c) {
   off = align64(off + uint64_t{o.max_holds} * sizeof(HoldEntry));
   o.hold_table = off;
   off = align64(off + uint64_t{o.hold_table_capacity} * sizeof(TableEntry));
+  o.checksums = off;
+  off = align64(off + uint64_t{c.num_blocks} * sizeof(uint64_t));
   o.total = off;
   return o;
 }
@@ -123,6 +128,7 @@ Result<PoolCore> PoolCore::create(void* memory, size_t bytes, const PoolCoreConf
   h->off_owners = o->owners;
   h->off_holds = o->holds;
   h->off_hold_table = o->hold_table;
+  h->off_checksums = o->checksums;
   h->total_bytes = o->total;
   h->free_head = kNone;
   h->free_tail = kNone;
@@ -164,7 +170,7 @@ Status PoolCore::validate(const void* memory, size_t bytes) {
   if (!o) return o.status();
   if (o->total != h->total_bytes || bytes < o->total || o->blocks != h->off_blocks ||
       o->hold_table != h->off_hold_table || o->level_table != h->off_level_table ||
-      o->owners != h->off_owners)
+      o->owners != h->off_owners || o->checksums != h->off_checksums)
     return Status(ErrorCode::kVersionMismatch, "pool arena header is inconsistent");
   return Status::ok();
 }
@@ -185,6 +191,7 @@ Result<PoolCore> PoolCore::attach(void* memory, size_t bytes, uint32_t pool_inde
       FlatTable(reinterpret_cast<TableEntry*>(base + o->level_table), o->level_table_capacity);
   p.owners_ = reinterpret_cast<OwnerRecord*>(base + o->owners);
   p.holds_ = reinterpret_cast<HoldEntry*>(base + o->holds);
+  p.checksums_ = reinterpret_cast<uint64_t*>(base + o->checksums);
   p.table_ = FlatTable(reinterpret_cast<TableEntry*>(base + o->table), o->table_capacity);
   p.hold_table_ =
       FlatTable(reinterpret_cast<TableEntry*>(base + o->hold_table), o->hold_table_capacity);
@@ -433,8 +440,12 @@ void PoolCore::drop_reference(uint32_t id, uint32_t count) {
   BlockMeta& b = blocks_[id];
   b.refcount -= count;  // count <= refcount: the holds it drops were counted in it
   if (b.refcount > 0) return;
-  b.returned_tick = ++header_->tick;
   bump(header_->stats.active_blocks, -1);
+  if (b.flags & kFlagPoisoned) {
+    free_push(id);  // its bytes are bad: nothing may find it again (free_push clears the flag)
+    return;
+  }
+  b.returned_tick = ++header_->tick;
   inactive_push(id);
 }
 
@@ -520,6 +531,7 @@ Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
     ++b.generation;
     b.flags = 0;
     b.priority = 0;
+    checksums_[id] = kNoChecksum;  // the new owner's bytes have none until it registers
     b.acquired_tick = ++header_->tick;
     owner_mutable_push(owner, id);
     out[i] = BlockRef{id, b.generation};
@@ -585,6 +597,7 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
     b.priority = it.priority;
     b.state = static_cast<uint8_t>(BlockStateCode::kActive);
     b.refcount = 1;
+    checksums_[id] = it.checksum;
     b.acquired_tick = ++header_->tick;
     table_.insert(it.sequence_hash, id);
     ++header_->registered;
@@ -767,6 +780,57 @@ uint32_t PoolCore::release_owner(uint32_t owner) {
   return returned;
 }
 
+// ---- per-block checksums -------------------------------------------------------------------
+
+bool PoolCore::registered(uint32_t id) const {
+  const BlockMeta& b = blocks_[id];
+  return (b.state == static_cast<uint8_t>(BlockStateCode::kActive) ||
+          b.state == static_cast<uint8_t>(BlockStateCode::kInactive)) &&
+         (b.flags & kFlagPoisoned) == 0;
+}
+
+Status PoolCore::check_held(uint32_t owner, BlockRef ref) const {
+  KVPOOL_RETURN_IF_ERROR(check_owner(owner));
+  if (ref.id >= header_->num_blocks)
+    return Status(ErrorCode::kInvalidHandle,
+                  handle_text(ref) + " does not exist in pool '" + name_ + "'");
+  const BlockMeta& b = blocks_[ref.id];
+  if (b.generation != ref.generation)
+    return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(ref) +
+                                                 " was reused, it is at generation " +
+                                                 std::to_string(b.generation));
+  if (b.state != static_cast<uint8_t>(BlockStateCode::kActive) || holds_of(owner, ref.id) == 0)
+    return Status(ErrorCode::kInvalidHandle,
+                  handle_text(ref) + " is not an immutable block held by this client");
+  return Status::ok();
+}
+
+proto::ChecksumOutcome PoolCore::record_checksum(uint32_t id, uint64_t computed) {
+  WriteSection ws(header_->stats.write_seq);
+  bump(header_->stats.checksum_verified, 1);
+  if (computed == checksums_[id]) return proto::ChecksumOutcome::kOk;
+  bump(header_->stats.checksum_mismatches, 1);
+  poison(id);
+  return proto::ChecksumOutcome::kMismatch;
+}
+
+void PoolCore::poison(uint32_t id) {
+  BlockMeta& b = blocks_[id];
+  // Out of the registry first, as an eviction: no match or register can return it again,
+  // and subscribers hear that the hash is gone.
+  table_.erase(b.sequence_hash);
+  --header_->registered;
+  if (sink_) sink_->on_removed(pool_index_, b.sequence_hash);
+  if (b.state == static_cast<uint8_t>(BlockStateCode::kInactive)) {
+    inactive_remove(id);
+    free_push(id);
+    return;
+  }
+  // Active: others read it now. Taking it from them would make their handles fail at
+  // release; they keep it until their last reference goes (drop_reference frees it).
+  b.flags |= kFlagPoisoned;
+}
+
 PoolCounts PoolCore::counts() const {
   const PoolStats& s = header_->stats;
   return PoolCounts{header_->num_blocks, s.free_blocks.load(std::memory_order_relaxed),
@@ -821,14 +885,26 @@ Status PoolCore::check_invariants() const {
     if (levels_[lv].tail != prev) return fail("level tail is wrong");
   }
   if (inactive_walked != c.inactive) return fail("inactive lists differ from inactive count");
-  // Registry: every registered block is findable by its hash, and the count matches.
-  if (header_->registered != c.active + c.inactive)
-    return fail("registry size differs from active + inactive");
+  // Registry: every registered block is findable by its hash, and the count matches; a
+  // poisoned block (active only) is not in it.
+  uint32_t poisoned_blocks = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    uint8_t st = blocks_[i].state;
+    const uint8_t st = blocks_[i].state;
+    const bool bad = (blocks_[i].flags & kFlagPoisoned) != 0;
+    if (bad && st != 2)
+      return fail("poisoned block " + std::to_string(i) + " is not active (state " +
+                  std::to_string(st) + ")");
+    if (bad) {
+      ++poisoned_blocks;
+      if (table_.find(blocks_[i].sequence_hash) == i)
+        return fail("poisoned block " + std::to_string(i) + " is still in the registry");
+      continue;
+    }
     if ((st == 2 || st == 3) && table_.find(blocks_[i].sequence_hash) != i)
       return fail("registered block " + std::to_string(i) + " is not in the registry");
   }
+  if (header_->registered + poisoned_blocks != c.active + c.inactive)
+    return fail("registry size differs from active + inactive (less poisoned)");
   // Holds: per block the counts sum to its refcount; per owner lists are consistent.
   std::vector<uint64_t> held(n, 0);
   uint64_t entries = 0;

@@ -36,6 +36,7 @@ enum class ErrorCode : uint16_t {
   kInternal = 20,            // a bug: an invariant broke
   kQuotaExceeded = 21,       // this client's share (blocks, references, priority) is used up
   kDaemonUnresponsive = 22,  // the daemon runs but stopped answering (stalled, SIGSTOPped)
+  kChecksumMismatch = 23,    // a block's bytes no longer match its checksum (it was evicted)
 };
 
 // Short, stable name of a code ("NotEnoughBlocks").

@@ -6,6 +6,8 @@
 //   ArenaHeader | BlockMeta[num_blocks] | TableEntry[table_capacity]   (sequence hash -> block)
 //   | LevelRecord[max_levels] | uint32_t level_heap[max_levels] | TableEntry[level_table_capacity]
 //   | OwnerRecord[max_owners] | HoldEntry[max_holds] | TableEntry[hold_table_capacity]
+//   | uint64_t checksums[num_blocks]   (per-block checksum; kept apart so BlockMeta stays
+//                                       one cache line: only checks read it)
 //
 // Inactive blocks: Dynamo orders them by (priority, returned_tick, acquired_tick, hash).
 // returned_tick is unique and grows with every return, so within one priority the return
@@ -27,7 +29,8 @@ namespace kvpool::pool {
 
 inline constexpr uint32_t kNone = 0xFFFFFFFFu;  // "no index" in every intrusive link
 inline constexpr uint64_t kArenaMagic = 0x4B5650504F4F4C31ull;  // "KVPPOOL1"
-inline constexpr uint32_t kArenaVersion = 1;
+// 2: per-block checksums (ArenaHeader::off_checksums, PoolStats::checksum_*).
+inline constexpr uint32_t kArenaVersion = 2;
 
 enum class BlockStateCode : uint8_t {
   kFree = 0,      // in the free FIFO (never used, or reset)
@@ -38,6 +41,10 @@ enum class BlockStateCode : uint8_t {
 
 inline constexpr uint8_t kFlagHasParent = 1;
 inline constexpr uint8_t kFlagScratch = 2;  // transient mark used while validating a batch
+// kActive only: its bytes failed their checksum. It left the registry at once (no match
+// or register finds it); its holders may still read it, and it goes free, never
+// inactive, when their last reference goes.
+inline constexpr uint8_t kFlagPoisoned = 4;
 
 // 64 bytes: one cache line per block.
 struct BlockMeta {
@@ -123,11 +130,14 @@ struct PoolStats {
   std::atomic<uint64_t> match_hits;        // hashes answered
   std::atomic<uint64_t> released_refs;     // immutable references dropped
   std::atomic<uint64_t> rejected_handles;  // stale / foreign / unknown handles refused
+  // Checksummed blocks the daemon hashed, and those of them that failed (poisoned, evicted).
+  std::atomic<uint64_t> checksum_verified;
+  std::atomic<uint64_t> checksum_mismatches;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
               std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::is_standard_layout_v<PoolStats>);
-static_assert(sizeof(PoolStats) == 88);
+static_assert(sizeof(PoolStats) == 104);
 
 struct ArenaHeader {
   uint64_t magic;
@@ -147,6 +157,7 @@ struct ArenaHeader {
   uint64_t off_owners;
   uint64_t off_holds;
   uint64_t off_hold_table;
+  uint64_t off_checksums;
   uint64_t total_bytes;
 
   // Writer-private bookkeeping.

@@ -106,6 +106,20 @@ class PoolCore {
   // number of blocks returned (mutable blocks + distinct immutable blocks).
   uint32_t release_owner(uint32_t owner);
 
+  // ---- per-block checksums (kvpool/core/checksum.hpp) ----
+  // The checksum its registering client sent with block `id` (kNoChecksum: none). Set when
+  // the block is registered, cleared when it is allocated again; a deduplicated
+  // registration keeps the existing block's (the same tokens may give other bytes).
+  uint64_t checksum(uint32_t id) const { return checksums_[id]; }
+  // Registered and matchable: active or inactive, not poisoned.
+  bool registered(uint32_t id) const;
+  bool poisoned(uint32_t id) const { return (blocks_[id].flags & kFlagPoisoned) != 0; }
+  // kInvalidHandle unless `ref` names an immutable block `owner` holds a reference on.
+  Status check_held(uint32_t owner, BlockRef ref) const;
+  // The daemon hashed registered block `id` (registered(id), checksum(id) set) and got
+  // `computed`: counts the check; on a mismatch poisons the block and counts that too.
+  proto::ChecksumOutcome record_checksum(uint32_t id, uint64_t computed);
+
   PoolCounts counts() const;
   const PoolStats& stats() const { return header_->stats; }
   const ArenaHeader& header() const { return *header_; }
@@ -139,6 +153,7 @@ class PoolCore {
   void inactive_push(uint32_t id);
   uint32_t inactive_pop();  // the block Dynamo's PriorityKey orders first
   void inactive_remove(uint32_t id);
+  void poison(uint32_t id);  // registered -> out of the registry; free now or at last release
   uint32_t level_for(uint32_t priority);
   void level_release(uint32_t level);
   void level_sift_up(uint32_t pos);
@@ -157,6 +172,7 @@ class PoolCore {
   FlatTable level_table_;
   OwnerRecord* owners_ = nullptr;
   HoldEntry* holds_ = nullptr;
+  uint64_t* checksums_ = nullptr;
   FlatTable table_;
   FlatTable hold_table_;
   EventSink* sink_ = nullptr;

@@ -30,8 +30,9 @@ inline constexpr uint64_t kControlMagic = 0x4B56504F4F4C4354ull;  // "KVPOOLCT"
 inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 // Major 2: segments are sealed memfds, the Welcome carries a pool mask. Minors of 1 (event
 // ring, latency histogram, reclaim times, PoolInfo::dtype) are all in 2.0, which adds
-// per-slot rejected handles.
-inline constexpr uint16_t kLayoutMajor = 2;
+// per-slot rejected handles. Major 3: per-block checksums (RegisterItem grows to 48 bytes,
+// the pool arena stores a checksum per block, opcodes kVerify and kScrub).
+inline constexpr uint16_t kLayoutMajor = 3;
 inline constexpr uint16_t kLayoutMinor = 0;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
