@@ -54,8 +54,8 @@ class HeapPool {
   }
   // Registers blocks with the given hashes (no parent) at a priority.
   std::vector<BlockRef> register_hashes(const std::vector<BlockRef>& blocks,
-                                        const std::vector<uint64_t>& hashes,
-                                        uint32_t owner = 0, uint32_t priority = 0) {
+                                        const std::vector<uint64_t>& hashes, uint32_t owner = 0,
+                                        uint32_t priority = 0) {
     std::vector<RegisterItem> items;
     for (size_t i = 0; i < blocks.size(); ++i)
       items.push_back(RegisterItem{blocks[i], hashes[i], hashes[i] ^ 0x55, 0, priority, 0});
@@ -277,10 +277,8 @@ TEST(PoolCore, RejectsBadHandlesAndChangesNothing) {
   EXPECT_EQ(reg({{BlockRef{mine[0].id, mine[0].generation + 1}, 1, 1, 0, 0, 0}}),
             ErrorCode::kInvalidHandle);
   // The same block twice in one batch; a good item before a bad one changes nothing.
-  EXPECT_EQ(reg({{mine[0], 1, 1, 0, 0, 0}, {mine[0], 2, 2, 0, 0, 0}}),
-            ErrorCode::kInvalidArgument);
-  EXPECT_EQ(reg({{mine[0], 1, 1, 0, 0, 0}, {theirs[0], 2, 2, 0, 0, 0}}),
-            ErrorCode::kInvalidHandle);
+  EXPECT_EQ(reg({{mine[0], 1, 1, 0, 0, 0}, {mine[0], 2, 2, 0, 0, 0}}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(reg({{mine[0], 1, 1, 0, 0, 0}, {theirs[0], 2, 2, 0, 0, 0}}), ErrorCode::kInvalidHandle);
   EXPECT_EQ(p->counts().active, 0u);
   EXPECT_EQ(p->counts().mutable_blocks, 3u);
   // Releasing what one does not hold.
@@ -303,8 +301,8 @@ TEST(PoolCore, ReleaseOwnerReturnsEverythingItHeld) {
   HeapPool p(16, 3);
   auto shared = p.register_hashes(p.allocate(4, 0), {1, 2, 3, 4}, 0);
   p.match({1, 2, 3, 4}, 1);
-  p.match({1, 2}, 1);     // owner 1 holds 1 and 2 twice
-  p.allocate(3, 1);       // and three mutable blocks
+  p.match({1, 2}, 1);  // owner 1 holds 1 and 2 twice
+  p.allocate(3, 1);    // and three mutable blocks
   EXPECT_EQ(p->block(shared[0].id).refcount, 3u);
   uint32_t returned = p->release_owner(1);
   EXPECT_EQ(returned, 3u + 4u);
