@@ -42,6 +42,9 @@ constexpr uint64_t kMaxRejectedHandles = 65536;
 constexpr uint64_t kDrainTimeNs = 500'000;
 // Records drained from one client before the engine moves to the next (fairness).
 constexpr uint32_t kDrainBudget = 32;
+// Pauses between two polling passes over the rings (~0.5-1 us): short enough that a
+// request is seen within a microsecond, long enough not to hammer the slot table.
+constexpr int kPausesPerPass = 16;
 // How long the engine parks at most: bounds suspect re-checks and watchdog pings.
 constexpr int kTickMs = 100;
 constexpr uint64_t kEventPollNs = 100'000;
@@ -227,6 +230,7 @@ Status Engine::run(const EngineHooks& hooks) {
   while (!stopping_) {
     ++loops;
     bool worked = false;
+    show_cpu(false);
     const uint32_t n = static_cast<uint32_t>(sessions_.size());
     for (uint32_t k = 0; k < n; ++k) {
       Session& s = sessions_[(rr_next_ + k) % n];
@@ -239,29 +243,48 @@ Status Engine::run(const EngineHooks& hooks) {
       if ((loops & 15) == 0) service(hooks);
       continue;
     }
-    // Poll on (yielding the core between passes) only while requests come closer together
-    // than the poll budget: then the next one is likely to land while we look, and catching
-    // it costs neither side a wake-up. At an engine's cadence (a call every few ms) polling
-    // would only burn the core a woken client needs; park at once instead.
-    if (poll_ns > 0 && gap_avg_ns_ < poll_ns && t - last_request_ns_ < poll_ns) {
-      shm::yield_core();
+    // Poll on only while requests come closer together than the poll budget: then the next
+    // one is likely to land while we look, and catching it costs neither side a wake-up.
+    // At an engine's cadence (a call every few ms) polling would only burn the core a woken
+    // client needs; park at once instead. Between passes we pause, never sched_yield: a
+    // yield to a CPU-bound neighbour costs its whole time slice (shm::PollPolicy).
+    // Nor right after waking a client that sleeps on our own core: it needs the core now.
+    if (poll_ns > 0 && !woke_local_client_ && gap_avg_ns_ < poll_ns &&
+        t - last_request_ns_ < poll_ns) {
+      for (int i = 0; i < kPausesPerPass; ++i) shm::cpu_relax();
       if ((loops & 15) == 0) service(hooks);
       continue;
     }
     // Park. Dekker with clients: we store daemon_sleeping then re-read every tail; a client
     // stores its tail then reads daemon_sleeping. One of us sees the other's store, so a
     // request is either found here or its client rings our eventfd.
-    ctl_->daemon_sleeping.store(1, std::memory_order_seq_cst);
+    woke_local_client_ = false;
+    show_cpu(true);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!any_request_pending()) {
       bump(ctl_->stats.engine_sleeps, 1);
       handle_events(kTickMs);
     }
-    ctl_->daemon_sleeping.store(0, std::memory_order_relaxed);
+    show_cpu(false);
     service(hooks);
   }
   shutdown();
   return Status::ok();
+}
+
+// The engine's park word (ControlHeader::daemon_sleeping): bit 0 set while it parks, the
+// rest its CPU tag. Parking stores with seq_cst (the Dekker store, see run()). Otherwise the
+// word changes only when the engine moved to another CPU: a client reads it after each
+// request to learn whether kvpoold shares its core (then it sleeps at once instead of
+// polling for an answer that cannot come while it holds the core).
+void Engine::show_cpu(bool parking) {
+  const uint32_t word = (shm::cpu_tag() << 1) | (parking ? 1u : 0u);
+  if (parking) {
+    ctl_->daemon_sleeping.store(word, std::memory_order_seq_cst);
+  } else if (word != park_word_) {
+    ctl_->daemon_sleeping.store(word, std::memory_order_relaxed);
+  }
+  park_word_ = word;
 }
 
 // Attaches, hang-ups and pidfds are looked at every ~100 us even while busy, so a dead
@@ -833,7 +856,11 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
       return Outcome::kDone;
     }
   }
-  if (answer_bytes > 0) s.responses->publish();
+  // A client we wake on our own core can run only once we stop: see run().
+  if (answer_bytes > 0) {
+    const uint32_t woke = s.responses->publish();
+    if (woke != 0 && woke == shm::cpu_tag()) woke_local_client_ = true;
+  }
   return Outcome::kDone;
 }
 

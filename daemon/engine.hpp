@@ -76,6 +76,7 @@ class Engine {
   Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
   bool any_request_pending();
   void note_request(uint64_t t);
+  void show_cpu(bool parking);
   void periodic();
   void service(const EngineHooks& hooks);
   void publish_slot(const Session& s);
@@ -104,6 +105,8 @@ class Engine {
   // the gap between requests, which decides whether polling after an answer can pay.
   uint64_t last_request_ns_ = 0;
   uint64_t gap_avg_ns_ = 0;
+  uint32_t park_word_ = 0;          // last value stored to ControlHeader::daemon_sleeping
+  bool woke_local_client_ = false;  // since the last park: woke a client on our core
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;

@@ -24,6 +24,10 @@ namespace kvpool::detail {
 namespace {
 
 constexpr auto kFutexTimeout = std::chrono::milliseconds(20);
+// How long kvpoold may take to pick a request up before the caller stops polling for the
+// answer and sleeps (shm::PollPolicy). Waking a parked kvpoold on an idle core takes
+// 5-20 us on the development VM; one that has not started after this is waiting for a core.
+constexpr std::chrono::nanoseconds kStartGrace = std::chrono::microseconds(20);
 constexpr int kLeaseTickMs = 10;
 // Quiet ticks the lease thread stays awake after a release (about a second): an engine
 // releases every step, so in use it never parks and no release has to wake it.
@@ -59,7 +63,9 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& instance
 }
 
 Status Connection::handshake(const std::string& instance, const ConnectionOptions& options) {
-  poll_ = shm::PollPolicy{std::chrono::microseconds(options.poll_us)};
+  poll_ = shm::PollPolicy{
+      std::chrono::microseconds(options.poll_us),
+      std::min<std::chrono::nanoseconds>(std::chrono::microseconds(options.poll_us), kStartGrace)};
   unresponsive_ns_ = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.unresponsive_after).count());
   fork_generation_ = fork_generation();
@@ -303,7 +309,7 @@ void Connection::wake_daemon() {
   // Dekker with the engine: our tail store (release, then the seq_cst fence in publish)
   // precedes this load; the engine stores daemon_sleeping then re-reads our tail.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control().daemon_sleeping.load(std::memory_order_relaxed) != 0) {
+  if ((control().daemon_sleeping.load(std::memory_order_relaxed) & 1u) != 0) {  // parked
     uint64_t one = 1;
     ssize_t r = ::write(bell_.get(), &one, sizeof(one));
     (void)r;
@@ -543,7 +549,14 @@ Result<Response> Connection::wait(uint64_t correlation_id) {
       continue;
     }
     if (gone()) return gone_status("while waiting for an answer");
-    if (responses_->wait_for_data(poll_, kFutexTimeout) == shm::WaitResult::kTimedOut) {
+    // Poll while kvpoold works on our request; once it has not even taken it after the
+    // grace, it is waiting for a core (maybe ours): sleep (shm::wait). When it last ran on
+    // our core, it cannot run while we poll: sleep at once.
+    auto started = [this] { return requests_->consumer_caught_up(); };
+    shm::PollPolicy policy = poll_;
+    if ((control().daemon_sleeping.load(std::memory_order_relaxed) >> 1) == shm::cpu_tag())
+      policy.budget = std::chrono::nanoseconds::zero();
+    if (responses_->wait_for_data(policy, started, kFutexTimeout) == shm::WaitResult::kTimedOut) {
       KVPOOL_RETURN_IF_ERROR(check_heartbeat("while waiting for an answer"));
     }
   }

@@ -16,7 +16,10 @@
 // all of them alike. Then: kvpoold's and one quiet client's CPU over --cpu-seconds.
 //   kvpool_paced_bench [--quick] [--samples-scale X] [--gaps 0,0.1,1,5,20]
 //                      [--placements unpinned,split,same,clients4] [--ops match,step]
-//                      [--blocks N] [--cpu-seconds S]
+//                      [--blocks N] [--cpu-seconds S] [--busy]
+//   --busy      a busy host: one CPU-bound process (a pure spin loop, like a compiler or a
+//               tokenizer) pinned to every allowed core for the whole run, at the same nice
+//               level as everyone else
 // Env: KVPOOLD (daemon binary), REDIS_SERVER (redis-server binary; without one the redis
 // column is empty).
 //
@@ -24,12 +27,17 @@
 // then the client workers (paced_workers.hpp) and tells them which cell to run.
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench_backends.hpp"
 #include "paced_cells.hpp"
@@ -49,6 +57,7 @@ struct Args {
   std::vector<double> gaps_ms = {0, 0.1, 1, 5, 20};
   std::vector<std::string> placements = {"unpinned", "split", "same", "clients4"};
   std::vector<std::string> ops = {"match", "step"};
+  bool busy = false;
 };
 
 // Samples per cell at a gap: fewer at long gaps, so the whole run stays under ~4 minutes on
@@ -91,6 +100,8 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--cpu-seconds") {
       a.cpu_seconds = std::atof(value().c_str());
       cpu_given = true;
+    } else if (flag == "--busy") {
+      a.busy = true;
     } else if (flag == "--blocks") {
       a.blocks = static_cast<uint32_t>(std::atoi(value().c_str()));
     } else if (flag == "--gaps") {
@@ -113,7 +124,7 @@ Args parse_args(int argc, char** argv) {
     } else {
       die("unknown option " + flag +
           " (--quick --samples-scale X --gaps ms,.. --placements unpinned,split,same,clients4 "
-          "--ops match,step --blocks N --cpu-seconds S)");
+          "--ops match,step --blocks N --cpu-seconds S --busy)");
     }
   }
   if (a.blocks < 4 * kFillBatch) die("--blocks must be at least 4096");
@@ -138,6 +149,34 @@ std::vector<Placement> make_placements(const Args& a) {
   }
   return out;
 }
+
+// --busy: one spinning process per allowed core, killed when this goes out of scope.
+class BusyNeighbours {
+ public:
+  explicit BusyNeighbours(bool on) {
+    if (!on) return;
+    for (int cpu : allowed_cpus()) {
+      const pid_t pid = ::fork();
+      if (pid < 0) die("fork of a busy neighbour failed");
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the run
+        pin_this_thread(cpu);
+        uint64_t x = 0;
+        for (;;) asm volatile("" : "+r"(x));  // spins; the asm keeps the loop from folding
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~BusyNeighbours() {
+    for (pid_t p : pids_) ::kill(p, SIGKILL);
+    for (pid_t p : pids_) ::waitpid(p, nullptr, 0);
+  }
+  BusyNeighbours(const BusyNeighbours&) = delete;
+  BusyNeighbours& operator=(const BusyNeighbours&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 struct CellKey {
   int op, backend;
@@ -228,6 +267,10 @@ int main(int argc, char** argv) {
   {
     ClientWorkers workers(servers, a.blocks / 2, capacity);
     workers.fill();
+    BusyNeighbours busy(a.busy);
+    if (a.busy)
+      std::printf("Busy host: one CPU-bound process pinned to each of the %zu cores.\n",
+                  allowed_cpus().size());
     run_cells(a, placements, ops, servers, workers, results);
   }  // the workers detach and exit
   print_tables(results, placements, a.gaps_ms, ops, a.blocks);

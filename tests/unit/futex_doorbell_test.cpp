@@ -1,4 +1,5 @@
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -42,13 +43,12 @@ struct PingPong {
 };
 static_assert(std::is_standard_layout_v<PingPong>);
 
-// How each side waits: bounded spins before the futex, and how long its condition check
+// How each side waits: how long it polls before the futex, and how long its condition check
 // dawdles after reading the counter. Dawdling widens the window between "condition false"
 // and "asleep in the kernel" from nanoseconds to microseconds, so a protocol that can lose
 // a wake-up in that window (e.g. reading seq after the check) loses it here, reliably.
 struct Waiting {
-  uint32_t spins = 0;  // pause-spins; then `poll` of yield-polling
-  std::chrono::microseconds poll{0};
+  std::chrono::microseconds poll{0};  // pause-spinning before the futex
   std::chrono::microseconds dawdle{0};
 };
 
@@ -65,7 +65,7 @@ bool wait_for(Doorbell& bell, std::atomic<uint64_t>& counter, uint64_t value, Wa
   };
   for (;;) {
     const auto start = std::chrono::steady_clock::now();
-    const WaitResult r = wait(bell, ready, PollPolicy{how.poll, how.spins}, kWaitBound);
+    const WaitResult r = wait(bell, ready, PollPolicy{how.poll}, kWaitBound);
     if (r == WaitResult::kReady && std::chrono::steady_clock::now() - start < kStall) {
       return true;
     }
@@ -134,8 +134,8 @@ TEST(FutexDoorbell, PingPongBetweenProcessesLosesNoWakeUp) {
 // kernel, on almost every round trip.
 TEST(FutexDoorbell, SleeperAgainstFastAnswererLosesNoWakeUp) {
   using std::chrono::microseconds;
-  ping_pong_between_processes(Waiting{0, microseconds(0), microseconds(5)},
-                              Waiting{1u << 20, microseconds(200), microseconds(0)});
+  ping_pong_between_processes(Waiting{microseconds(0), microseconds(5)},
+                              Waiting{microseconds(200), microseconds(0)});
 }
 
 TEST(FutexDoorbell, PingPongBetweenThreadsLosesNoWakeUp) {
@@ -166,10 +166,10 @@ TEST(FutexDoorbell, WaitTimesOutAndClearsItsFlag) {
     return false;
   };
   auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(wait(bell, never, PollPolicy{milliseconds(2), 100}, milliseconds(20)),
+  EXPECT_EQ(wait(bell, never, PollPolicy{milliseconds(2)}, milliseconds(20)),
             WaitResult::kTimedOut);
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(20));
-  EXPECT_GE(calls, 101) << "spins are counted, then the yield-polls";
+  EXPECT_GE(calls, 100) << "2 ms of polling checks the condition many times";
   EXPECT_EQ(bell.sleeping.load(), 0u);
   EXPECT_EQ(wait(bell, never, PollPolicy{}, milliseconds(0)), WaitResult::kTimedOut);
   EXPECT_EQ(wait(
@@ -180,12 +180,12 @@ TEST(FutexDoorbell, WaitTimesOutAndClearsItsFlag) {
 
 TEST(FutexDoorbell, RingWakesOnlyASleeper) {
   Doorbell bell{};
-  ring(bell);
+  EXPECT_EQ(ring(bell), 0u) << "no sleeper: nobody woken";
   EXPECT_EQ(bell.seq.load(), 0u) << "no sleeper: no increment, no system call";
-  bell.sleeping.store(1);
-  ring(bell);
+  bell.sleeping.store(3);  // the CPU tag of a waiter on CPU 2
+  EXPECT_EQ(ring(bell), 3u) << "the waker learns where the woken thread slept";
   EXPECT_EQ(bell.seq.load(), 1u);
-  EXPECT_EQ(bell.sleeping.load(), 1u) << "the waker never touches the waiter's flag";
+  EXPECT_EQ(bell.sleeping.load(), 3u) << "the waker never touches the waiter's flag";
 }
 
 TEST(FutexDoorbell, SleeperWakesOnRingFromAnotherThread) {
@@ -203,10 +203,81 @@ TEST(FutexDoorbell, SleeperWakesOnRingFromAnotherThread) {
   });
   auto start = std::chrono::steady_clock::now();
   WaitResult r = wait(
-      bell, [&] { return flag.load(std::memory_order_acquire); }, PollPolicy{{}, 0}, seconds(10));
+      bell, [&] { return flag.load(std::memory_order_acquire); }, PollPolicy{}, seconds(10));
   waker.join();
   EXPECT_EQ(r, WaitResult::kReady);
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5)) << "woken, not timed out";
+}
+
+// A thread pinned to one CPU sees that CPU's tag: what a sleeping waiter leaves in its
+// doorbell and kvpoold in its park word.
+TEST(FutexDoorbell, CpuTagNamesTheCpuTheThreadRunsOn) {
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::thread t([&] {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &allowed)) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+      EXPECT_EQ(cpu_tag(), static_cast<uint32_t>(cpu) + 1) << "pinned to CPU " << cpu;
+    }
+  });
+  t.join();
+}
+
+// A peer that has not picked our work up within the start grace is not running (it waits
+// for a core, likely ours): the waiter stops polling and sleeps, long before its budget.
+TEST(FutexDoorbell, WaiterSleepsEarlyWhenThePeerHasNotStarted) {
+  Doorbell bell{};
+  std::atomic<bool> flag{false};
+  std::atomic<WaitResult> result{WaitResult::kTimedOut};
+  std::thread waiter([&] {
+    result = wait(
+        bell, [&] { return flag.load(std::memory_order_acquire); }, [] { return false; },
+        PollPolicy{seconds(30), milliseconds(1)}, seconds(60));
+  });
+  // Within 10 s (a third of the 30 s budget) the waiter must have announced sleep.
+  const auto give_up = std::chrono::steady_clock::now() + seconds(10);
+  while (bell.sleeping.load(std::memory_order_acquire) == 0 &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  const bool slept_early = bell.sleeping.load(std::memory_order_acquire) != 0;
+  flag.store(true, std::memory_order_release);
+  ring(bell);
+  waiter.join();
+  EXPECT_TRUE(slept_early) << "still polling 10 s into a 30 s budget: start_grace ignored";
+  EXPECT_EQ(result.load(), WaitResult::kReady);
+}
+
+// A peer that has started keeps the waiter polling for the whole budget: the answer then
+// arrives without a futex wake (ring() finds nobody asleep and does not bump seq).
+TEST(FutexDoorbell, WaiterKeepsPollingWhileThePeerWorks) {
+  Doorbell bell{};
+  std::atomic<bool> flag{false};
+  std::atomic<bool> polling{false};
+  std::atomic<WaitResult> result{WaitResult::kTimedOut};
+  std::thread waiter([&] {
+    result = wait(
+        bell,
+        [&] {
+          polling.store(true, std::memory_order_relaxed);
+          return flag.load(std::memory_order_acquire);
+        },
+        [] { return true; }, PollPolicy{seconds(30), milliseconds(1)}, seconds(60));
+  });
+  const auto give_up = std::chrono::steady_clock::now() + seconds(10);
+  while (!polling.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+  // Well past the 1 ms grace, well inside the 30 s budget.
+  std::this_thread::sleep_for(milliseconds(50));
+  flag.store(true, std::memory_order_release);
+  ring(bell);
+  waiter.join();
+  EXPECT_EQ(result.load(), WaitResult::kReady);
+  EXPECT_EQ(bell.seq.load(), 0u) << "the waiter slept although its peer had started";
 }
 
 }  // namespace

@@ -194,10 +194,10 @@ TEST(Ring, FullRingReturnsNullAndFreesSpaceOnConsume) {
   ASSERT_TRUE(full) << "full is not an error";
   EXPECT_EQ(*full, nullptr);
   p.publish();
-  EXPECT_EQ(p.wait_for_space(56, PollPolicy{{}, 0}, milliseconds(1)), WaitResult::kTimedOut);
+  EXPECT_EQ(p.wait_for_space(56, PollPolicy{}, milliseconds(1)), WaitResult::kTimedOut);
   ASSERT_TRUE(c.poll());
   c.consume();
-  EXPECT_EQ(p.wait_for_space(56, PollPolicy{{}, 0}, milliseconds(1000)), WaitResult::kReady);
+  EXPECT_EQ(p.wait_for_space(56, PollPolicy{}, milliseconds(1000)), WaitResult::kReady);
   EXPECT_TRUE(send(p, n, 56));
   EXPECT_FALSE(send(p, n + 1, 0));
 
@@ -347,7 +347,7 @@ TEST(Ring, ProducerRejectsACorruptHead) {
     Result<void*> r = p.try_claim(1, 100);
     ASSERT_FALSE(r);
     EXPECT_EQ(r.status().code(), ErrorCode::kProtocolError);
-    EXPECT_EQ(p.wait_for_space(100, PollPolicy{{}, 0}, milliseconds(1)), WaitResult::kReady)
+    EXPECT_EQ(p.wait_for_space(100, PollPolicy{}, milliseconds(1)), WaitResult::kReady)
         << "a waiting producer learns of the corruption";
   }
   {  // head moving backwards

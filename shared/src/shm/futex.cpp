@@ -35,6 +35,10 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, futex_word(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void yield_core() { ::sched_yield(); }
+uint32_t cpu_tag() {
+  const int cpu = ::sched_getcpu();
+  // Unknown (no rseq, a seccomp filter): a tag no real CPU has, still nonzero.
+  return cpu >= 0 ? static_cast<uint32_t>(cpu) + 1 : 0xFFFFFFFFu;
+}
 
 }  // namespace kvpool::shm

@@ -149,12 +149,12 @@ Result<void*> RingProducer::try_claim(uint32_t type, uint32_t payload_len) {
   return static_cast<void*>(data_ + pos + sizeof(RecordHeader));
 }
 
-void RingProducer::publish() {
-  if (claimed_ == published_) return;
+uint32_t RingProducer::publish() {
+  if (claimed_ == published_) return 0;
   published_ = claimed_;
   // release: the records (headers and payloads) are visible before the new tail.
   header_->tail.store(published_, std::memory_order_release);
-  ring(header_->consumer_bell);
+  return ring(header_->consumer_bell);
 }
 
 WaitResult RingProducer::wait_for_space(uint32_t payload_len, PollPolicy policy,
@@ -254,13 +254,6 @@ void RingConsumer::consume() {
   pending_ = 0;
   current_ = RecordView{};
   store_head();
-}
-
-WaitResult RingConsumer::wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout) {
-  if (!error_ || pending_ != 0) return WaitResult::kReady;
-  return wait(
-      header_->consumer_bell,
-      [&] { return header_->tail.load(std::memory_order_acquire) != head_; }, policy, timeout);
 }
 
 }  // namespace kvpool::shm

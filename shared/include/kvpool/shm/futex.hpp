@@ -37,9 +37,13 @@ void futex_wake_all(std::atomic<uint32_t>* word);
 //    the waker sees the flag. The futex then compares `seq` against the value read before
 //    the flag was set, so a wake that lands before the waiter reaches the kernel turns
 //    into EAGAIN instead of being lost.
+//
+// `sleeping` holds the waiter's CPU tag (cpu_tag(): its CPU + 1, never 0) rather than a
+// plain 1, so that a waker learns where the thread it wakes will most likely run: kvpoold
+// gets out of the way at once of a client it wakes on its own core (DESIGN §4).
 struct Doorbell {
   std::atomic<uint32_t> seq;       // bumped by wakers; the futex word
-  std::atomic<uint32_t> sleeping;  // 1 while the waiter may be in futex_wait
+  std::atomic<uint32_t> sleeping;  // nonzero (the waiter's CPU tag) while it may be asleep
 };
 static_assert(std::is_standard_layout_v<Doorbell>);
 static_assert(sizeof(Doorbell) == 8);
@@ -56,22 +60,24 @@ inline void cpu_relax() {
 #endif
 }
 
-// Gives the core to another runnable thread on it, if any (sched_yield). On an idle core
-// it returns at once (~0.3 us): polling with it costs little more than spinning, and never
-// keeps a peer that shares the core waiting for our time slice to end.
-void yield_core();
+// The calling thread's CPU + 1 (0 is never a tag): sched_getcpu, which glibc answers from
+// the rseq area without a system call. A hint only: the thread may move at any time.
+uint32_t cpu_tag();
 
 // Waker side. Call after publishing the data the waiter waits for (with a release store).
-inline void ring(Doorbell& bell) {
+// Returns the CPU tag of the waiter it woke, 0 when the waiter was not asleep.
+inline uint32_t ring(Doorbell& bell) {
   // Orders the caller's publishing store before the load of `sleeping` (store-load: only a
   // seq_cst fence does this). Pairs with the fence in wait().
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (bell.sleeping.load(std::memory_order_relaxed) != 0) {
+  const uint32_t sleeper = bell.sleeping.load(std::memory_order_relaxed);
+  if (sleeper != 0) {
     // release pairs with the waiter's acquire load of seq: a waiter that already sees this
     // increment also sees the data published before it.
     bell.seq.fetch_add(1, std::memory_order_release);
     futex_wake_all(&bell.seq);
   }
+  return sleeper;
 }
 
 enum class WaitResult {
@@ -81,32 +87,54 @@ enum class WaitResult {
 
 // How long a waiter polls before it sleeps, and how (DESIGN §4). Polling is bounded in
 // time, not in passes: a pass costs 40 ns on an idle core and a whole time slice on a
-// shared one. Between polls the waiter yields the core, so a peer that shares it (the
-// daemon, or the client it woke) runs at once instead of after our slice.
+// shared one.
+//
+// Polling never yields the core. sched_yield hands the core to whoever else is runnable on
+// it: when that is the peer we wait for, good, but when it is a CPU-bound neighbour (a
+// compiler, a tokenizer) the yielder gets the core back only after the neighbour's time
+// slice, 3-4 ms on this VM, where a thread that sleeps is woken with preemption. So the
+// waiter pause-spins, and sleeps on the futex as soon as spinning cannot help: when the
+// budget is spent, or when the peer has not even started on our work after `start_grace`.
+// A peer that has not started is not running: it waits for a core, most likely this one
+// (both pinned to one core, or more runnable threads than cores), and sleeping is the
+// fastest way to hand it over.
 struct PollPolicy {
   std::chrono::nanoseconds budget{0};  // 0: check once, then sleep
-  // Pure pause-spins before the first yield: the answer to a small request often lands
-  // within a microsecond when the peer runs on another core, and a yield costs ~0.3 us.
-  uint32_t spins = 64;
+  // With a `started` check (wait() below): how long the peer may take to pick our work up
+  // before we stop polling and sleep. 0: no such check.
+  std::chrono::nanoseconds start_grace{0};
 };
 
 // Waiter side. `ready` reads the shared condition (with acquire loads) and has no side
-// effects. Polls per `policy`, then sleeps on the futex until ready() or until
-// `futex_timeout` has passed. Spurious wake-ups are absorbed here; kTimedOut means the time
-// really passed. Callers loop on kTimedOut so they can check peer liveness between waits.
-template <class Ready>
-WaitResult wait(Doorbell& bell, Ready ready, PollPolicy policy,
+// effects; so does `started`, which says whether the peer has begun on our work (has
+// consumed our request). Polls per `policy`, then sleeps on the futex until ready() or
+// until `futex_timeout` has passed. Spurious wake-ups are absorbed here; kTimedOut means
+// the time really passed. Callers loop on kTimedOut so they can check peer liveness
+// between waits.
+template <class Ready, class Started>
+WaitResult wait(Doorbell& bell, Ready ready, Started started, PollPolicy policy,
                 std::chrono::nanoseconds futex_timeout) {
-  for (uint32_t i = 0; i < policy.spins; ++i) {
-    if (ready()) return WaitResult::kReady;
-    cpu_relax();
-  }
+  if (ready()) return WaitResult::kReady;
   if (policy.budget > std::chrono::nanoseconds::zero()) {
-    const auto poll_end = std::chrono::steady_clock::now() + policy.budget;
-    do {
-      if (ready()) return WaitResult::kReady;
-      yield_core();
-    } while (std::chrono::steady_clock::now() < poll_end);
+    // The clock is read once per burst of pauses (a burst is ~1 us on x86: one pause is
+    // ~10-40 ns on current cores), so an answer that lands within a microsecond costs no
+    // clock read at all.
+    constexpr int kPausesPerCheck = 32;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto poll_end = t0 + policy.budget;
+    bool peer_started = policy.start_grace <= std::chrono::nanoseconds::zero();
+    for (;;) {
+      for (int i = 0; i < kPausesPerCheck; ++i) {
+        cpu_relax();
+        if (ready()) return WaitResult::kReady;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= poll_end) break;
+      if (!peer_started) {
+        peer_started = started();
+        if (!peer_started && now - t0 >= policy.start_grace) break;
+      }
+    }
   }
   // Caps the timeout so the deadline cannot overflow; callers loop anyway.
   constexpr std::chrono::nanoseconds kMaxTimeout = std::chrono::hours(24);
@@ -116,7 +144,7 @@ WaitResult wait(Doorbell& bell, Ready ready, PollPolicy policy,
     // Read before announcing sleep: a ring after this point changes seq, so the futex
     // refuses to sleep (EAGAIN) rather than miss it.
     const uint32_t seen = bell.seq.load(std::memory_order_acquire);
-    bell.sleeping.store(1, std::memory_order_seq_cst);
+    bell.sleeping.store(cpu_tag(), std::memory_order_seq_cst);
     // Store-load barrier between the flag and the check in ready(); pairs with ring().
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ready()) {
@@ -136,6 +164,14 @@ WaitResult wait(Doorbell& bell, Ready ready, PollPolicy policy,
     // Woken without data (a late ring from an earlier round, EINTR): sleep again for the
     // rest of the time.
   }
+}
+
+// Without a `started` check: polls for the whole budget.
+template <class Ready>
+WaitResult wait(Doorbell& bell, Ready ready, PollPolicy policy,
+                std::chrono::nanoseconds futex_timeout) {
+  return wait(
+      bell, ready, [] { return true; }, policy, futex_timeout);
 }
 
 }  // namespace kvpool::shm

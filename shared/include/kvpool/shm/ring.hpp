@@ -101,13 +101,21 @@ class RingProducer {
   // Several claims may precede one publish(); nothing is visible to the consumer before.
   Result<void*> try_claim(uint32_t type, uint32_t payload_len);
 
-  // Makes every claimed record visible, then wakes the consumer if it sleeps.
-  void publish();
+  // Makes every claimed record visible, then wakes the consumer if it sleeps. Returns the
+  // CPU tag of the consumer it woke (shm::ring), 0 when none was asleep.
+  uint32_t publish();
 
   // Waits until a record of `payload_len` bytes can be claimed (or the ring is found
   // corrupt: try_claim then reports it). See shm::wait() for the poll/timeout contract.
   WaitResult wait_for_space(uint32_t payload_len, PollPolicy policy,
                             std::chrono::nanoseconds timeout);
+
+  // Whether the consumer has taken every published record: the waiter's `started` check
+  // (shm::wait). Reads only shared counters, so any thread may ask while another produces.
+  bool consumer_caught_up() const {
+    return header_ != nullptr && header_->head.load(std::memory_order_acquire) >=
+                                     header_->tail.load(std::memory_order_relaxed);
+  }
 
   size_t capacity() const { return capacity_; }
   uint32_t max_payload() const { return max_ring_payload(capacity_); }
@@ -161,8 +169,20 @@ class RingConsumer {
   // wakes the producer if it waits for space. Call it once the payload has been copied.
   void consume();
 
-  // Waits until poll() has something to say (a record, or an error to report).
-  WaitResult wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout);
+  // Waits until poll() has something to say (a record, or an error to report). `started`
+  // says whether the producer has begun on what we wait for (see shm::wait).
+  template <class Started>
+  WaitResult wait_for_data(PollPolicy policy, Started started, std::chrono::nanoseconds timeout) {
+    if (!error_ || pending_ != 0) return WaitResult::kReady;
+    return wait(
+        header_->consumer_bell,
+        [&] { return header_->tail.load(std::memory_order_acquire) != head_; }, started, policy,
+        timeout);
+  }
+  WaitResult wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout) {
+    return wait_for_data(
+        policy, [] { return true; }, timeout);
+  }
 
   size_t capacity() const { return capacity_; }
   uint64_t padding_skipped() const { return padding_skipped_; }

@@ -100,8 +100,11 @@ struct ControlHeader {
   char instance[kNameBytes];
   // offset 128
   alignas(64) std::atomic<uint32_t> state;  // DaemonState, stored last (release)
-  // Written only by the daemon: set while the progress engine is about to park, so a
-  // client that publishes a request knows to ring its eventfd (Dekker with its tail store).
+  // Written only by the daemon. Bit 0: set while the progress engine is about to park, so
+  // a client that publishes a request knows to ring its eventfd (Dekker with its tail
+  // store). Bits 1-31 (since 0.2; zero before): the engine's CPU tag (shm::cpu_tag), so a
+  // client knows when kvpoold shares its core. Clients that test the whole word for zero
+  // only ring more often than needed.
   std::atomic<uint32_t> daemon_sleeping;
   std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the engine's last loop
   // Minor 1: the event ring (shm/event_ring.hpp); offset 0 when the daemon runs without
