@@ -26,10 +26,9 @@ namespace {
 
 using shm::UniqueFd;
 
-// A child that dies this soon after its start counts as a failed start; this many in a row
-// and the supervisor gives up (a config error would otherwise restart forever).
-constexpr double kFastFailureSeconds = 1.0;
-constexpr int kMaxFastFailures = 5;
+// A child that dies before it said READY=1 failed to start; this many in a row and the
+// supervisor gives up (a config error would otherwise restart forever).
+constexpr int kMaxFailedStarts = 5;
 
 struct Stored {
   std::string name;
@@ -37,12 +36,6 @@ struct Stored {
   dev_t dev;
   ino_t ino;
 };
-
-double now_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 void say(const std::string& line) {
   std::fprintf(stderr, "kvpoold supervisor: %s\n", line.c_str());
@@ -94,10 +87,11 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<Stored>& sto
 }
 
 // What the child said on its notify socket: descriptors to keep or drop, or a line for
-// our own supervisor.
+// our own supervisor. Sets *ready at READY=1.
 void on_notify(NotifyMessage& m, pid_t child, std::vector<Stored>& store,
-               const std::string& upstream) {
+               const std::string& upstream, bool* ready) {
   if (m.sender != child) return;  // NotifyAccess=main, as the unit says
+  if (notify_field(m.text, "READY") == "1") *ready = true;
   if (notify_field(m.text, "FDSTORE") == "1") {
     std::string name = notify_field(m.text, "FDNAME");
     if (name.empty()) name = "stored";
@@ -156,7 +150,7 @@ int run_supervisor(const std::vector<std::string>& child_args, const std::string
   UniqueFd sigfd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
 
   std::vector<Stored> store;
-  int fast_failures = 0;
+  int failed_starts = 0;
   for (int start = 0;; ++start) {
     if (start > 0 && !hook.empty()) {
       const pid_t h = spawn({"/bin/sh", "-c", "exec " + hook}, store, notify, false);
@@ -165,20 +159,19 @@ int run_supervisor(const std::vector<std::string>& child_args, const std::string
       }
       say("hook '" + hook + "': " + describe(hs));
     }
-    const double t0 = now_s();
     const pid_t child = spawn(child_args, store, notify, true);
     if (child < 0) {
       say(std::string("fork: ") + std::strerror(errno));
       return 1;
     }
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
-    bool stopping = false;
+    bool stopping = false, ready = false;
     int status = 0;
     while (true) {
       pollfd fds[3] = {{sock.get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
       if (::poll(fds, 3, -1) < 0 && errno != EINTR) return 1;
       NotifyMessage m;
-      while (receive_notify(sock.get(), &m)) on_notify(m, child, store, upstream);
+      while (receive_notify(sock.get(), &m)) on_notify(m, child, store, upstream, &ready);
       signalfd_siginfo si{};
       while (::read(sigfd.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
         stopping = true;
@@ -186,17 +179,17 @@ int run_supervisor(const std::vector<std::string>& child_args, const std::string
       }
       if (fds[2].revents & POLLIN) {
         // Its last notify datagrams (FDSTOREREMOVE of a stop) were sent before it exited.
-        while (receive_notify(sock.get(), &m)) on_notify(m, child, store, upstream);
+        while (receive_notify(sock.get(), &m)) on_notify(m, child, store, upstream, &ready);
         while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
         }
         break;
       }
     }
     if (stopping) return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    fast_failures = now_s() - t0 < kFastFailureSeconds ? fast_failures + 1 : 0;
-    if (fast_failures >= kMaxFastFailures) {
-      say("kvpoold failed " + std::to_string(fast_failures) +
-          " times in a row within a second of its start; giving up");
+    failed_starts = ready ? 0 : failed_starts + 1;
+    if (failed_starts >= kMaxFailedStarts) {
+      say("kvpoold failed to start " + std::to_string(failed_starts) +
+          " times in a row (it died before READY=1); giving up");
       return 1;
     }
     say("kvpoold pid " + std::to_string(child) + " ended (" + describe(status) +
