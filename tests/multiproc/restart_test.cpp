@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -287,6 +288,49 @@ TEST(Adoption, AScribbledArenaIsDetectedAndThePoolStartsEmpty) {
                   .refs.empty())
       << "nothing of a scribbled arena is served";
   expect_invariants(nv);
+}
+
+// A daemon killed inside a pool call leaves a half-written arena (its write sequence odd):
+// the next one checks each block against the hash table and drops the one whose
+// registration it cannot prove, keeps the others with their bytes.
+TEST(Adoption, ABlockWhoseRegistrationCannotBeProvenIsDropped) {
+  DaemonProcess d;
+  start_supervised(d, {"--supervise-hook", std::string(KVPOOL_RESTART_TOOL_PATH) + " interrupt g"});
+  auto v = d.view();
+  WorkerProcess writer(d, "writer", {"--blocks", "3", "--salt", "1337", "--token-base", "1"});
+  writer.expect_line("READY");
+  const std::string reg = writer.expect_line("REGISTERED");
+  const auto hashes = parse_list(field(reg, "hashes"));
+  const auto ids = parse_list(field(reg, "ids"));
+  writer.send_line("exit");
+  ASSERT_TRUE(writer.wait_exit(10s));
+  wait_counts(v, Want{61, 0, 0, 3});
+
+  auto nv = next_daemon(d, kill_daemon(v));
+  const std::string log = d.stderr_text();
+  ASSERT_TRUE(contains(log, "HOOK interrupted pool 'g': block")) << log;
+  EXPECT_TRUE(contains(log, "its daemon died inside a pool call")) << log;
+  EXPECT_EQ(nv.header().restart.adopted_blocks, 2u);
+  EXPECT_EQ(nv.header().restart.adoption_dropped_blocks, 1u);
+  EXPECT_TRUE(counts_match(nv.counts(), Want{62, 0, 0, 2})) << nv.describe();
+  expect_invariants(nv);
+  // The dropped block is the lowest id registered (the hook takes the first); the others
+  // match by their hashes with their bytes.
+  const uint64_t lost = *std::min_element(ids.begin(), ids.end());
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != lost) kept.push_back(std::to_string(hashes[i]));
+  WorkerProcess reader(d, "reader", kept);
+  reader.expect_line("READY");
+  EXPECT_EQ(field(reader.expect_line("MATCHED"), "n"), "2");
+  reader.expect_line("VERIFIED");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == lost) {
+      std::vector<SequenceHash> q{hashes[i]};
+      auto c = open_connection(d);
+      EXPECT_TRUE(must_call(*c, Opcode::kMatch, 0, 1, q.data(), sizeof(uint64_t)).refs.empty())
+          << "the unproven block is not served";
+    }
 }
 
 // SIGTERM without --keep-cache is a real stop: the next start is empty. With it, an upgrade:

@@ -3,6 +3,10 @@
 // and does to them what a test needs done while no daemon runs.
 //   kvpool_restart_tool scribble POOL   writes 0xA5 over the first 16 block records of POOL's
 //                                       arena in the stored control segment (a stray writer)
+//   kvpool_restart_tool interrupt POOL  makes POOL's arena look like its daemon died inside a
+//                                       registration: the write sequence odd, and the first
+//                                       registered block's record naming a hash the table
+//                                       does not have (its witness gone)
 //   kvpool_restart_tool list            prints the stored names
 // Prints "HOOK <what it did>" to stderr (the daemon's log); exits 1 when it could not.
 #include <fcntl.h>
@@ -34,8 +38,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "HOOK stored %s\n", split[i].c_str());
     return 0;
   }
-  if (mode != "scribble" || argc < 3) {
-    std::fprintf(stderr, "usage: kvpool_restart_tool scribble POOL | list\n");
+  if ((mode != "scribble" && mode != "interrupt") || argc < 3) {
+    std::fprintf(stderr, "usage: kvpool_restart_tool scribble POOL | interrupt POOL | list\n");
     return 2;
   }
   const std::string pool = argv[2];
@@ -55,6 +59,22 @@ int main(int argc, char** argv) {
     for (uint32_t k = 0; k < h->num_pools; ++k) {
       if (pool != infos[k].name) continue;
       auto* arena = reinterpret_cast<kvpool::pool::ArenaHeader*>(base + infos[k].arena_offset);
+      if (mode == "interrupt") {
+        auto* meta = reinterpret_cast<kvpool::pool::BlockMeta*>(base + infos[k].arena_offset +
+                                                                arena->off_blocks);
+        for (uint32_t id = 0; id < arena->num_blocks; ++id) {
+          const auto st = static_cast<kvpool::pool::BlockStateCode>(meta[id].state);
+          if (st != kvpool::pool::BlockStateCode::kActive &&
+              st != kvpool::pool::BlockStateCode::kInactive)
+            continue;
+          meta[id].sequence_hash ^= 0x5A5A5A5A5A5A5A5Aull;
+          arena->stats.write_seq.fetch_or(1);
+          std::fprintf(stderr, "HOOK interrupted pool '%s': block %u lost its witness\n",
+                       pool.c_str(), id);
+          return 0;
+        }
+        break;
+      }
       const uint32_t blocks = std::min<uint32_t>(arena->num_blocks, 16);
       std::memset(base + infos[k].arena_offset + arena->off_blocks, 0xA5,
                   blocks * sizeof(kvpool::pool::BlockMeta));
