@@ -219,6 +219,9 @@ TEST(Adoption, RegisteredBlocksSurviveAKill9WithTheirBytes) {
   auto status = d.ctl_status();
   EXPECT_EQ(status["adopted_blocks"], 5) << status.dump();
   EXPECT_EQ(status["pools"][0]["adopted_blocks"], 5) << status.dump();
+  auto [mst, metrics] = d.run_ctl({"metrics"});
+  EXPECT_TRUE(contains(metrics, "kvpool_adopted_blocks_total{pool=\"g\"} 5")) << metrics;
+  EXPECT_TRUE(contains(metrics, "kvpool_adoption_dropped_blocks_total{pool=\"g\"} 0")) << metrics;
 
   // Every block still matches, and holds the bytes its writer wrote.
   std::vector<std::string> args;
