@@ -143,6 +143,14 @@ Status Engine::init() {
   if (control_.event_ring().valid())
     events_ = std::make_unique<EventPublisher>(control_.event_ring());
 
+  // A previous daemon's host pools, kept by a supervisor: taken over where they fit
+  // (daemon/adoption.hpp); those that do not go before the new pools take memory.
+  const uint64_t adoption_t0 = now_ns(CLOCK_MONOTONIC);
+  Adoption adoption = Adoption::prepare(take_inherited_fds());
+  std::vector<std::optional<Adoption::Pool>> previous(np);
+  for (uint32_t i = 0; i < np; ++i) previous[i] = adoption.take(config_.pools[i]);
+  adoption.release_unused();
+
   for (uint32_t i = 0; i < np; ++i) {
     const PoolConfig& pc = config_.pools[i];
     auto layout = Layout::create(pc.layout);
@@ -151,13 +159,14 @@ Status Engine::init() {
                     "pool '" + pc.name + "': " + layout.status().message());
     // Host shm or a CUDA slab; a failure names the pool, device and bytes, and the
     // destructor removes what earlier pools made (the daemon never starts half-configured).
-    auto storage = PoolStorage::create(config_.instance, pc, *layout);
+    auto storage = pool_storage_for(pc, *layout, previous[i]);
     if (!storage) return storage.status();
     auto core = control_.create_pool_core(i, core_configs[i], pc.name);
     if (!core) {
       storage->remove();
       return core.status();
     }
+    if (previous[i]) adopt_pool_registry(adoption, *previous[i], i, core_configs[i], *core);
     shm::PoolInfo& info = control_.pool_info(i);  // its arena's place is filled in already
     copy_name(info.name, pc.name);
     info.layout = pc.layout;
@@ -166,8 +175,10 @@ Status Engine::init() {
     info.hash_scheme = static_cast<uint32_t>(pc.hash_scheme);
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
+  publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
   for (auto& p : pools_) {
+    p.core.set_generation_tag(static_cast<uint8_t>(ctl_->restart.generation_tag));
     p.core.set_event_sink(events_.get());
     if (Status q = p.core.set_quota(config_.quota); !q.is_ok())
       return Status(ErrorCode::kConfigError, "quota: " + q.message());
@@ -216,10 +227,12 @@ void Engine::request_stop() {
 // ---- the loop ----------------------------------------------------------------------------
 
 Status Engine::run(const EngineHooks& hooks) {
+  store_segments();  // before any client can change a block
   // Everything is valid: say so last (a release store), so readers that see kReady see it all.
   control_.publish_ready();
-  spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}",
-               config_.instance, socket_path_, pools_.size(), config_.max_clients);
+  spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}, epoch {:016x}",
+               config_.instance, socket_path_, pools_.size(), config_.max_clients,
+               ctl_->restart.epoch);
   for (auto& p : pools_)
     spdlog::info("pool '{}': {} blocks of {} bytes in {}", p.config.name, p.core.num_blocks(),
                  Layout::create(p.config.layout)->block_bytes(), p.storage.describe());
@@ -269,6 +282,7 @@ Status Engine::run(const EngineHooks& hooks) {
     service(hooks);
   }
   shutdown();
+  if (!keep_cache_) forget_segments();
   return Status::ok();
 }
 

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "daemon/adoption.hpp"
 #include "daemon/config.hpp"
 #include "daemon/dispatch.hpp"
 #include "daemon/event_publisher.hpp"
@@ -39,6 +41,11 @@ class Engine {
   Status run(const EngineHooks& hooks = {});
   // Async-signal-safe: may be called from a signal handler or another thread.
   void request_stop();
+
+  // --keep-cache: a stop (SIGTERM) leaves the segments in the supervisor's store, so that
+  // the next kvpoold adopts them (an upgrade). Without it a stop removes them: the next
+  // start is empty, as before adoption existed. A crash always leaves them.
+  void keep_cache_on_stop(bool keep) { keep_cache_ = keep; }
 
   const std::string& socket_file() const { return socket_path_; }
   const std::string& runtime_dir() const { return runtime_dir_; }
@@ -81,6 +88,21 @@ class Engine {
   void service(const EngineHooks& hooks);
   void publish_slot(const Session& s);
   void shutdown();
+  // ---- restarts (engine_restart.cpp) ----
+  // The storage of pool i: the previous daemon's segment when `previous` holds one that
+  // maps (else it is reset), or new memory.
+  Result<PoolStorage> pool_storage_for(const PoolConfig& pc, const Layout& layout,
+                                       std::optional<Adoption::Pool>& previous);
+  // Takes over pool i's previous registry into `core`; on failure re-creates it empty.
+  void adopt_pool_registry(Adoption& adoption, const Adoption::Pool& previous, uint32_t i,
+                           const pool::PoolCoreConfig& core_config, pool::PoolCore& core);
+  // Who this daemon is (ControlHeader::restart) and the tag of its generations.
+  void publish_identity(const Adoption& adoption, uint64_t adoption_ns);
+  // Hands the control segment and the host pools' segments to the supervisor's store, then
+  // drops the previous daemon's control segment from it; before any client is accepted,
+  // so the stored control segment always describes the stored pool bytes.
+  void store_segments();
+  void forget_segments();  // a stop without --keep-cache
 
   Config config_;
   std::string runtime_dir_;
@@ -112,6 +134,8 @@ class Engine {
   uint32_t rr_next_ = 0;
   bool stopping_ = false;
   bool created_ = false;
+  bool keep_cache_ = false;
+  std::string previous_control_name_;  // in the store until ours is
 };
 
 }  // namespace kvpool::daemon

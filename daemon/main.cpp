@@ -1,5 +1,6 @@
 // kvpoold: owns a host's KV block memory and registry; workers attach with libkvpool.
 //   kvpoold [--config FILE] [--instance NAME] [--runtime-dir DIR] [--log-level LEVEL]
+//           [--keep-cache] [--supervise [--supervise-hook CMD]]
 //   kvpoold --print-default-config | --version
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,7 @@
 #include "daemon/config.hpp"
 #include "daemon/engine.hpp"
 #include "daemon/notify.hpp"
+#include "daemon/supervise.hpp"
 #include "kvpool/core/version.hpp"
 #include "service_log.hpp"
 
@@ -28,17 +30,41 @@ int main(int argc, char** argv) {
   using namespace kvpool::daemon;
   CLI::App app{"kvpoold: host-local KV-cache block manager daemon"};
   std::string config_path, instance, runtime_dir, log_level;
-  bool print_default = false;
+  bool print_default = false, keep_cache = false, supervise = false;
+  std::string hook;
   app.add_option("-c,--config", config_path, "JSON configuration file");
   app.add_option("--instance", instance, "instance name (overrides the config)");
   app.add_option("--runtime-dir", runtime_dir, "directory of the socket (overrides the config)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_flag("--keep-cache", keep_cache,
+               "on SIGTERM, leave the pools in the supervisor's descriptor store so that the "
+               "next kvpoold adopts them (upgrades); a crash always leaves them");
+  app.add_flag("--supervise", supervise,
+               "run kvpoold as a child and keep its pools across its restarts where systemd "
+               "does not (daemon/supervise.hpp)");
+  app.add_option("--supervise-hook", hook,
+                 "with --supervise: a shell command run before each restart, given the "
+                 "stored descriptors (diagnostics, tests)");
   app.add_flag("--print-default-config", print_default,
                "print the built-in configuration and exit");
   app.set_version_flag("--version", "kvpoold " + kvpool::version_string(),
                        "print the version and the git commit, and exit");
   CLI11_PARSE(app, argc, argv);
 
+  if (supervise) {
+    // The child gets every argument but ours.
+    std::vector<std::string> child;
+    for (int i = 0; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--supervise" || a.rfind("--supervise-hook=", 0) == 0) continue;
+      if (a == "--supervise-hook") {
+        ++i;
+        continue;
+      }
+      child.push_back(a);
+    }
+    return run_supervisor(child, hook);
+  }
   if (print_default) {
     std::cout << config_to_json(default_config()) << "\n";
     return 0;
@@ -68,6 +94,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_engine = engine->get();
+  (*engine)->keep_cache_on_stop(keep_cache);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

@@ -102,6 +102,23 @@ Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolC
                       "unknown storage " + std::to_string(static_cast<uint32_t>(pool.storage))));
 }
 
+Result<PoolStorage> PoolStorage::adopt(const std::string& instance, const PoolConfig& pool,
+                                       const Layout& layout, shm::UniqueFd data) {
+  PoolStorage s;
+  s.kind_ = shm::StorageKind::kHost;
+  s.bytes_ = layout.total_bytes();
+  s.device_ = -1;
+  auto seg = shm::Segment::map_fd(std::move(data), /*writable=*/true);
+  if (!seg) return named(pool, s.bytes_, seg.status());
+  if (seg->size() < s.bytes_)
+    return named(pool, s.bytes_,
+                 Status(ErrorCode::kInvalidState, "the adopted segment is too small"));
+  s.host_.segment = std::move(seg.value());
+  s.host_.name = pool_segment_name(instance, pool.name);
+  s.host_.hugetlbfs = !pool.huge_pages.empty() && pool.huge_pages != "transparent";
+  return s;
+}
+
 void PoolStorage::publish(shm::PoolInfo& info) const {
   std::memset(info.shm_name, 0, sizeof(info.shm_name));
   if (kind_ == shm::StorageKind::kHost) {

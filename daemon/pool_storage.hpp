@@ -33,6 +33,12 @@ class PoolStorage {
   static Result<PoolStorage> create(const std::string& instance, const PoolConfig& pool,
                                     const Layout& layout);
 
+  // Host pools: takes over `data`, the data segment a previous daemon served this pool
+  // from (daemon/adoption.hpp checked its shape and size): mapped read-write as it is,
+  // nothing zeroed or pre-faulted, so the registered blocks keep their bytes.
+  static Result<PoolStorage> adopt(const std::string& instance, const PoolConfig& pool,
+                                   const Layout& layout, shm::UniqueFd data);
+
   PoolStorage() = default;
   PoolStorage(PoolStorage&&) noexcept = default;
   PoolStorage& operator=(PoolStorage&&) noexcept = default;

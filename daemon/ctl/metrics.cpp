@@ -206,6 +206,13 @@ std::vector<Family> collect(const ctl::ControlView& v) {
   std::vector<size_t> counter_family;
   for (const auto& pc : pool_counters)
     counter_family.push_back(index_of(pc.name, "counter", pc.help));
+  // Layout 3.1: what this daemon took over from its predecessor (0 from a fresh start).
+  const size_t adopted = index_of("adopted_blocks_total", "counter",
+                                  "Registered blocks this daemon adopted from the previous "
+                                  "one at start (kvpoold --supervise or systemd's fd store).");
+  const size_t adoption_dropped =
+      index_of("adoption_dropped_blocks_total", "counter",
+               "Blocks adoption dropped at start because their registration could not be proven.");
   for (size_t i = 0; i < v.pools.size(); ++i) {
     const auto& p = v.pools[i];
     const shm::PoolInfo& info = *v.pool_infos[i];
@@ -233,6 +240,8 @@ std::vector<Family> collect(const ctl::ControlView& v) {
     f[h_tokens].samples.push_back({"", {{"pool", name}}, rl(s.match_hits) * page});
     for (size_t k = 0; k < std::size(pool_counters); ++k)
       f[counter_family[k]].samples.push_back({"", {{"pool", name}}, rl(s.*pool_counters[k].field)});
+    f[adopted].samples.push_back({"", {{"pool", name}}, info.adopted_blocks});
+    f[adoption_dropped].samples.push_back({"", {{"pool", name}}, info.adoption_dropped_blocks});
   }
 
   // ---- clients -------------------------------------------------------------------------

@@ -45,6 +45,20 @@ nlohmann::json status_json(const ControlView& v) {
   std::string version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
   j["daemon_version"] = version.empty() ? "unknown" : version;
   j["kvpoolctl_version"] = kvpool::version_string();
+  // Layout 3.1: the daemon's start epoch and what it adopted from its predecessor.
+  if (const shm::RestartInfo* r = v.control.restart()) {
+    char epoch[24];
+    std::snprintf(epoch, sizeof(epoch), "%016llx", static_cast<unsigned long long>(r->epoch));
+    j["epoch"] = epoch;
+    std::snprintf(epoch, sizeof(epoch), "%016llx",
+                  static_cast<unsigned long long>(r->previous_epoch));
+    j["previous_epoch"] = r->previous_epoch != 0 ? nlohmann::json(epoch) : nlohmann::json();
+    j["generation_tag"] = r->generation_tag;
+    j["adopted_pools"] = r->adopted_pools;
+    j["adopted_blocks"] = r->adopted_blocks;
+    j["adoption_dropped_blocks"] = r->adoption_dropped_blocks;
+    j["adoption_seconds"] = static_cast<double>(r->adoption_ns) / 1e9;
+  }
   j["clients"] = clients;
   j["max_clients"] = h.max_clients;
   j["reclaimed_clients"] = rl(h.stats.reclaimed_clients);
@@ -70,7 +84,9 @@ nlohmann::json status_json(const ControlView& v) {
                           {"registrations", rl(s.registrations)},
                           {"match_queries", rl(s.match_queries)},
                           {"match_hits", rl(s.match_hits)},
-                          {"rejected_handles", rl(s.rejected_handles)}});
+                          {"rejected_handles", rl(s.rejected_handles)},
+                          {"adopted_blocks", v.pool_infos[i]->adopted_blocks},
+                          {"adoption_dropped_blocks", v.pool_infos[i]->adoption_dropped_blocks}});
   }
   return j;
 }
@@ -100,6 +116,16 @@ void add_status_command(CLI::App& app) {
         j["daemon_version"].get<std::string>().c_str(), j["clients"].get<uint32_t>(),
         static_cast<unsigned long long>(j["reclaimed_clients"].get<uint64_t>()),
         static_cast<unsigned long long>(j["reclaimed_blocks"].get<uint64_t>()));
+    if (j.contains("epoch")) {
+      std::printf("epoch %s", j["epoch"].get<std::string>().c_str());
+      if (j["previous_epoch"].is_string())
+        std::printf(", adopted %llu block(s) in %u pool(s) from epoch %s (%llu dropped)",
+                    static_cast<unsigned long long>(j["adopted_blocks"].get<uint64_t>()),
+                    j["adopted_pools"].get<uint32_t>(),
+                    j["previous_epoch"].get<std::string>().c_str(),
+                    static_cast<unsigned long long>(j["adoption_dropped_blocks"].get<uint64_t>()));
+      std::printf("\n");
+    }
     std::printf("%-12s %10s %10s %10s %10s %10s %14s %14s  %s\n", "pool", "total", "free",
                 "mutable", "active", "inactive", "match_queries", "match_hits", "hash_scheme");
     for (auto& p : j["pools"]) {

@@ -40,6 +40,9 @@ class DaemonAttachment {
   // control segment: attach again).
   bool daemon_alive() const;
   int64_t daemon_pid() const { return control_.header().daemon_pid; }
+  // The daemon's start epoch (0 from a daemon that publishes none): a new one means a new
+  // registry, which the forwarder answers with a full resync.
+  uint64_t daemon_epoch() const { return control_.epoch(); }
   uint32_t num_pools() const { return control_.num_pools(); }
   const shm::PoolInfo& pool_info(uint32_t i) const { return control_.pool_info(i); }
   // What the event formats need of each pool (storage, page size, hash scheme).

@@ -105,9 +105,12 @@ Status Forwarder::run() {
       output_->set_pools(daemon_->pool_metas());
       attach_wait = std::chrono::milliseconds(50);
       ++stats_.attaches;
+      // A daemon of another epoch (a restart, adopting or not) has its own registry and its
+      // own ring: routers get cleared + every registered block before any of its events.
       need_resync_ = true;
-      spdlog::info("attached to kvpoold pid {} ({} pool(s), event ring of {} slots)",
-                   daemon_->daemon_pid(), daemon_->num_pools(), daemon_->ring().capacity());
+      spdlog::info("attached to kvpoold pid {} epoch {:016x} ({} pool(s), event ring of {} slots)",
+                   daemon_->daemon_pid(), daemon_->daemon_epoch(), daemon_->num_pools(),
+                   daemon_->ring().capacity());
     }
     if (now - last_check > kDaemonCheckInterval) {
       last_check = now;

@@ -52,10 +52,18 @@ class NatsEvents : public ::testing::Test {
   }
 
   // Starts `n` workers (daemon + forwarder) and the router.
-  void start_cluster(int n = 2, uint32_t event_ring_slots = 65536) {
+  // `supervised`: daemon 0 runs as `kvpoold --supervise` (its restarts adopt its pool).
+  void start_cluster(int n = 2, uint32_t event_ring_slots = 65536, bool supervised = false) {
     for (int i = 0; i < n; ++i) {
       daemons_.push_back(std::make_unique<DaemonProcess>(events_config(kBlocks, event_ring_slots)));
-      daemons_.back()->start();
+      if (supervised && i == 0) {
+        daemons_.back()->spawn({"--supervise"});
+        if (!daemons_.back()->wait_ready(20s))
+          throw HarnessError("kvpoold --supervise did not start: " +
+                             daemons_.back()->stderr_text());
+      } else {
+        daemons_.back()->start();
+      }
       fwd_.push_back(std::make_unique<ForwarderProcess>(*daemons_.back(), nats_->url(), subject_,
                                                         i == 0 ? kWorkerA : kWorkerB));
       fwd_.back()->start();
@@ -219,6 +227,53 @@ TEST_F(NatsEvents, ARestartedDaemonIsAnEmptyWorker) {
   ASSERT_TRUE(pool.is_ok());
   auto held = register_tokens(*pool, p1, kSalt);
   wait_for_overlap(p1, {{kA, 2}, {kB, 0}}, "p1 on the new daemon of A");
+}
+
+// A daemon killed and restarted by its supervisor adopts its pool (README "Restarts and
+// upgrades"): the forwarder attaches to the new epoch and resyncs (cleared, then every
+// registered block), so the router still places the old prefix on the worker.
+TEST_F(NatsEvents, AnAdoptingDaemonKeepsItsBlocksAtTheRouter) {
+  start_cluster(2, 65536, /*supervised=*/true);
+  const auto p1 = token_range(1, 2 * kPage);
+  {
+    Client a = connect(0);
+    auto pool = a.pool("g");
+    ASSERT_TRUE(pool.is_ok());
+    auto held = register_tokens(*pool, p1, kSalt);
+    wait_for_overlap(p1, {{kA, 2}, {kB, 0}}, "p1 on A");
+  }
+  const auto old = daemons_[0]->view();
+  const uint64_t old_epoch = old.header().restart.epoch;
+  ASSERT_EQ(::kill(static_cast<pid_t>(old.header().daemon_pid), SIGKILL), 0);
+  uint64_t epoch = 0;
+  wait_until(
+      [&] {
+        try {
+          epoch = daemons_[0]->view().header().restart.epoch;
+        } catch (const HarnessError&) {
+          return false;  // between two daemons
+        }
+        return epoch != old_epoch;
+      },
+      20s, "the next kvpoold", [&] { return daemons_[0]->stderr_text(); });
+  char hex[24];
+  std::snprintf(hex, sizeof(hex), "epoch %016llx", static_cast<unsigned long long>(epoch));
+  wait_until([&] { return fwd_[0]->stderr_text().find(hex) != std::string::npos; }, 20s,
+             "the forwarder on the new daemon", [&] { return logs(); });
+  // A prefix registered on the new daemon reaches the router after the resync (one
+  // publisher, in order): then p1 must be there, re-stored by the resync after its cleared.
+  Client a = connect(0);
+  auto pool = a.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  const auto p2 = token_range(900, 2 * kPage);
+  auto held = register_tokens(*pool, p2, kSalt);
+  wait_for_overlap(p2, {{kA, 2}, {kB, 0}}, "p2 on the new daemon of A");
+  wait_for_overlap(p1, {{kA, 2}, {kB, 0}}, "p1 still on A", 1s);
+  // And it is really there: matched from the adopted pool.
+  auto hit = pool->match_sequence_hashes(
+      TokenBlockSequence::create(p1, kPage, kSalt, pool->hash_scheme())->sequence_hashes());
+  ASSERT_TRUE(hit.is_ok());
+  EXPECT_EQ(hit->size(), 2u);
 }
 
 // ---- the wire format, field for field --------------------------------------------------------

@@ -66,7 +66,7 @@ for h in $(cat "$tmp/headers"); do
     [ -e "$prefix/include/$inc" ] || fail "$h includes $inc, which is not installed"
   done
 done
-grep -qx "ExecStart=$prefix/bin/kvpoold --config $prefix/etc/kvpool/kvpoold.json" \
+grep -qx "ExecStart=$prefix/bin/kvpoold --config $prefix/etc/kvpool/kvpoold.json --keep-cache" \
   "$prefix/lib/systemd/system/kvpoold.service" ||
   fail "installed unit's ExecStart= does not point into the prefix: $(grep ExecStart= "$prefix/lib/systemd/system/kvpoold.service")"
 echo "ok: installed into $prefix"

@@ -16,10 +16,11 @@
 //       allocates M blocks and keeps them mutable, registers K filled blocks, matches the
 //       given hashes, and prints
 //       "HOLDING mutable=ids registered=ids hashes=hs matched=ids".
-//   busy --pool P [--threads T]
+//   busy --pool P [--threads T] [--pattern 1]
 //       allocate / fill / register / match / release as fast as it can, forever, keeping a
 //       few blocks across iterations; prints "WORKING" once it has done some of each. Exits
-//       3 when the daemon is gone, 4 on an error that should never happen.
+//       3 when the daemon is gone, 4 on an error that should never happen. --pattern 1:
+//       writes each block's pattern (as writer does) before registering it.
 // Global options: --as-gid G --as-uid U drop to that group / user before attaching.
 // Then (all but busy) it serves commands on stdin until "exit" or EOF:
 //   ping     -> "OK us=<t>" | "ERR <Code> us=<t> <message>"  (t: the call's duration)
@@ -288,7 +289,7 @@ void serve(Client& client, const Pool& pool, Holdings& held) {
   held.imm.clear();
 }
 
-int run_busy(Client& client, const Pool& shared_pool, uint32_t threads) {
+int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pattern) {
   std::atomic<uint64_t> rounds{0};
   std::atomic<bool> announced{false};
   auto fatal = [](const Status& st) {
@@ -320,7 +321,7 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads) {
         if (keep_mut.size() > 2) keep_mut.pop_front();
       }
       // A small token space (base among 8 values) so registrations dedup and matches hit.
-      auto hashes = fill_chain(pool, *blocks, 4242, (rng() % 8) * 1000, /*pattern=*/false);
+      auto hashes = fill_chain(pool, *blocks, 4242, (rng() % 8) * 1000, pattern);
       if (!hashes) fatal(hashes.status());
       auto reg = (rng() & 1) ? pool.register_blocks(std::move(*blocks))
                              : pool.register_blocks_async(std::move(*blocks)).get();
@@ -427,7 +428,8 @@ int main(int argc, char** argv) {
     say("HOLDING mutable=" + join(mut_ids) + " registered=" + join(reg_ids) +
         " hashes=" + join(hashes) + " matched=" + join(matched_ids));
   } else if (a.scenario == "busy") {
-    return run_busy(*client, *pool, static_cast<uint32_t>(a.num("threads", 2)));
+    return run_busy(*client, *pool, static_cast<uint32_t>(a.num("threads", 2)),
+                    a.num("pattern", 0) != 0);
   } else if (a.scenario != "idle") {
     die(Status(ErrorCode::kInvalidArgument, "unknown scenario '" + a.scenario + "'"));
   }

@@ -4,6 +4,10 @@
 // reclaimed the victim, and at the end that free + inactive + active + mutable = total, no
 // block is still held, and every registered block holds the bytes its writer wrote.
 //   kvpool_stress --workers 8 --seconds 30 --kill-interval-ms 300 --daemon-restarts 0 --seed 1
+//                 [--keep-cache]
+// --keep-cache: kvpoold runs under `kvpoold --supervise`; a daemon restart is a kill -9 of
+// the daemon, whose successor adopts the pool (README "Restarts and upgrades"): the final
+// byte check then covers blocks registered before the restarts too.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -38,6 +42,7 @@ struct Options {
   double seconds = 30;
   int kill_interval_ms = 300;
   int daemon_restarts = 0;
+  bool keep_cache = false;
   uint64_t seed = 1;
   uint32_t blocks = 2048;
   std::string kvpoold = KVPOOLD_PATH;
@@ -146,18 +151,27 @@ class Stress {
   pool::PoolCounts counts() const { return control_.arena(0).counts(); }  // relaxed loads
 
   bool start_daemon() {
-    reclaims_seen_ = 0;  // a new daemon counts from zero
     daemon_ = fork();
     if (daemon_ == 0) {
       std::string cfg = dir_ + "/kvpoold.json";
-      execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--config", cfg.c_str(),
-            static_cast<char*>(nullptr));
+      if (o_.keep_cache)
+        execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--supervise", "--config", cfg.c_str(),
+              static_cast<char*>(nullptr));
+      else
+        execl(o_.kvpoold.c_str(), o_.kvpoold.c_str(), "--config", cfg.c_str(),
+              static_cast<char*>(nullptr));
       _exit(127);
     }
+    return await_daemon(0);
+  }
+
+  // A ready kvpoold of another epoch than `old` serves the instance (20 s at most).
+  bool await_daemon(uint64_t old) {
+    reclaims_seen_ = 0;  // a new daemon counts from zero
     auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {
       auto observed = shm::observe(instance_, dir_);
-      if (observed) {
+      if (observed && (old == 0 || observed->epoch() != old)) {
         control_ = std::move(observed.value());
         return true;
       }
@@ -167,7 +181,8 @@ class Stress {
   }
 
   void restart_daemon(Clock::time_point end) {
-    std::printf("killing kvpoold (pid %d) with SIGKILL and starting a new one\n", daemon_);
+    std::printf("killing kvpoold (pid %lld) with SIGKILL and starting a new one\n",
+                static_cast<long long>(ctl()->daemon_pid));
     // The workers attached to this daemon must notice its death. One still starting may
     // attach to the next daemon instead (it retries connecting, as a real one would): it has
     // no death to notice, and is not held to one.
@@ -176,13 +191,29 @@ class Stress {
       if (slots()[i].state.load(std::memory_order_acquire) !=
           static_cast<uint32_t>(shm::SlotState::kFree))
         attached.insert(static_cast<pid_t>(slots()[i].pid.load(std::memory_order_relaxed)));
-    restarting_ = true;
-    kill(daemon_, SIGKILL);
-    waitpid(daemon_, nullptr, 0);
-    restarting_ = false;
-    control_ = shm::ControlReader();
-    // Workers see DaemonGone and exit 3; they are replaced once the new daemon is up.
-    if (!start_daemon()) violation("kvpoold did not restart over its stale segments");
+    if (o_.keep_cache) {
+      // The supervisor (daemon_) starts the next kvpoold, which adopts the pool.
+      const uint64_t epoch = control_.epoch();
+      const auto c = counts();
+      registered_before_ += c.active + c.inactive;
+      kill(static_cast<pid_t>(ctl()->daemon_pid), SIGKILL);
+      control_ = shm::ControlReader();
+      if (!await_daemon(epoch)) violation("the supervised kvpoold did not come back");
+      if (const shm::RestartInfo* r = control_.restart()) {
+        adopted_ += r->adopted_blocks;
+        std::printf("the next kvpoold adopted %llu of %u registered blocks (%llu dropped)\n",
+                    static_cast<unsigned long long>(r->adopted_blocks), c.active + c.inactive,
+                    static_cast<unsigned long long>(r->adoption_dropped_blocks));
+      }
+    } else {
+      restarting_ = true;
+      kill(daemon_, SIGKILL);
+      waitpid(daemon_, nullptr, 0);
+      restarting_ = false;
+      control_ = shm::ControlReader();
+      // Workers see DaemonGone and exit 3; they are replaced once the new daemon is up.
+      if (!start_daemon()) violation("kvpoold did not restart over its stale segments");
+    }
     auto still_attached = [&] {
       for (auto& [pid, _] : workers_)
         if (attached.count(pid)) return true;
@@ -394,6 +425,11 @@ class Stress {
       return std::string(buf);
     };
     std::printf("kills: %d (%zu measured)\n", kills_, latencies_.size());
+    if (o_.keep_cache && registered_before_ > 0)
+      std::printf("cache kept across daemon restarts: %llu of %llu registered blocks (%.1f%%)\n",
+                  static_cast<unsigned long long>(adopted_),
+                  static_cast<unsigned long long>(registered_before_),
+                  100.0 * static_cast<double>(adopted_) / static_cast<double>(registered_before_));
     std::printf("reclamation, daemon clock:  kill -9 -> death noticed:  %s\n",
                 line(noticed_).c_str());
     std::printf("reclamation, daemon clock:  kill -9 -> blocks returned: %s\n",
@@ -420,14 +456,21 @@ class Stress {
   std::vector<double> returned_;   // kill -> the daemon had returned the blocks (its clock)
   std::vector<std::string> violations_;
   uint64_t checked_ = 0;
+  uint64_t registered_before_ = 0;  // --keep-cache: registered blocks at each restart
+  uint64_t adopted_ = 0;            // ... and how many of them the next daemon adopted
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--keep-cache") {
+      o.keep_cache = true;
+      continue;
+    }
+    std::string v = i + 1 < argc ? argv[++i] : "";
     if (k == "--workers")
       o.workers = std::stoi(v);
     else if (k == "--seconds")
@@ -443,7 +486,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: kvpool_stress [--workers N] [--seconds S] [--kill-interval-ms M] "
-                   "[--daemon-restarts K] [--seed X] [--blocks B]\n");
+                   "[--daemon-restarts K] [--keep-cache] [--seed X] [--blocks B]\n");
       return 2;
     }
   }

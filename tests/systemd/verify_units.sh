@@ -23,7 +23,8 @@ trap 'rm -rf "$tmp"' EXIT
 unit="$src/kvpoold.service"
 for key in 'Type=notify' 'NotifyAccess=main' 'WatchdogSec=10s' 'Restart=on-failure' \
            'RuntimeDirectory=kvpool' 'RuntimeDirectoryMode=0750' 'User=kvpool' 'Group=kvpool' \
-           'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.json' \
+           'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.json --keep-cache' \
+           'FileDescriptorStoreMax=64' \
            'NoNewPrivileges=yes' 'ProtectSystem=strict' 'RestrictAddressFamilies=AF_UNIX'; do
   grep -qx "$key" "$unit" || fail "kvpoold.service lacks the line '$key'"
 done

@@ -480,16 +480,33 @@ Status PoolCore::check_block_quota(uint32_t owner, uint32_t id, uint32_t extra) 
                     std::to_string(id) + " (max_refs_per_block)");
 }
 
+// A handle whose generation is not the block's. Under a daemon (generation tag set) one
+// whose tag is neither this daemon's nor the block's was issued by another kvpoold: a
+// previous daemon of this instance, or another instance whose pool looks the same.
+Status PoolCore::stale_handle(BlockRef ref, uint32_t current) const {
+  const uint32_t tag = header_->generation_tag;
+  const uint32_t issuer = generation_tag_of(ref.generation);
+  if (tag != 0 && issuer != tag && issuer != generation_tag_of(current))
+    return Status(ErrorCode::kInvalidHandle,
+                  "handle from another kvpoold: " + handle_text(ref) + " carries generation tag " +
+                      std::to_string(issuer) + ", but this kvpoold issues tag " +
+                      std::to_string(tag) + " in pool '" + name_ +
+                      "' (the handle was issued by a daemon that has since restarted, or by "
+                      "another instance); allocate or match the block again");
+  return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(ref) +
+                                               " was reused, it is at generation " +
+                                               std::to_string(current));
+}
+
+void PoolCore::set_generation_tag(uint8_t tag) { header_->generation_tag = tag; }
+
 Status PoolCore::check_mutable_handle(uint32_t owner, BlockRef ref) const {
   if (ref.id >= header_->num_blocks)
     return Status(ErrorCode::kInvalidHandle, handle_text(ref) + " does not exist in pool '" +
                                                  name_ + "' (" +
                                                  std::to_string(header_->num_blocks) + " blocks)");
   const BlockMeta& b = blocks_[ref.id];
-  if (b.generation != ref.generation)
-    return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(ref) +
-                                                 " was reused, it is at generation " +
-                                                 std::to_string(b.generation));
+  if (b.generation != ref.generation) return stale_handle(ref, b.generation);
   if (b.state != static_cast<uint8_t>(BlockStateCode::kMutable) || b.owner != owner)
     return Status(ErrorCode::kInvalidHandle,
                   handle_text(ref) + " is not a mutable block held by this client");
@@ -528,7 +545,7 @@ Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
       if (sink_) sink_->on_removed(pool_index_, b.sequence_hash);
     }
     BlockMeta& b = blocks_[id];
-    ++b.generation;
+    b.generation = next_generation(b.generation, header_->generation_tag);
     b.flags = 0;
     b.priority = 0;
     checksums_[id] = kNoChecksum;  // the new owner's bytes have none until it registers
@@ -750,9 +767,7 @@ Status PoolCore::release_immutable(uint32_t owner, std::span<const BlockRef> blo
     return Status(ErrorCode::kInvalidHandle,
                   handle_text(r) + " does not exist in pool '" + name_ + "'");
   if (!first_dropped && blocks_[r.id].generation != r.generation)
-    return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(r) +
-                                                 " was reused, it is at generation " +
-                                                 std::to_string(blocks_[r.id].generation));
+    return stale_handle(r, blocks_[r.id].generation);
   return Status(ErrorCode::kInvalidHandle,
                 handle_text(r) + " is not an immutable block held by this client");
 }
@@ -795,10 +810,7 @@ Status PoolCore::check_held(uint32_t owner, BlockRef ref) const {
     return Status(ErrorCode::kInvalidHandle,
                   handle_text(ref) + " does not exist in pool '" + name_ + "'");
   const BlockMeta& b = blocks_[ref.id];
-  if (b.generation != ref.generation)
-    return Status(ErrorCode::kInvalidHandle, "stale handle: " + handle_text(ref) +
-                                                 " was reused, it is at generation " +
-                                                 std::to_string(b.generation));
+  if (b.generation != ref.generation) return stale_handle(ref, b.generation);
   if (b.state != static_cast<uint8_t>(BlockStateCode::kActive) || holds_of(owner, ref.id) == 0)
     return Status(ErrorCode::kInvalidHandle,
                   handle_text(ref) + " is not an immutable block held by this client");

@@ -203,4 +203,10 @@ const LatencyHistogram* ControlReader::request_latency() const {
   return &header_->request_latency;
 }
 
+const RestartInfo* ControlReader::restart() const {
+  if (header_->header_bytes < offsetof(ControlHeader, restart) + sizeof(RestartInfo))
+    return nullptr;
+  return &header_->restart;
+}
+
 }  // namespace kvpool::shm

@@ -168,11 +168,31 @@ struct ArenaHeader {
   uint32_t level_free_head;
   uint32_t hold_free_head;
   uint32_t registered;  // table size
+  // The top byte of every generation this arena's writer issues (0: none, the in-process
+  // pools: generations are plain 32-bit counters). See next_generation.
+  uint32_t generation_tag;
 
   alignas(64) PoolStats stats;
 };
 static_assert(std::is_standard_layout_v<ArenaHeader>);
 static_assert(offsetof(ArenaHeader, stats) == 192);
 static_assert(sizeof(ArenaHeader) == 320);
+
+// Generations under a daemon: the top byte is the tag of the daemon that issued it, the
+// low 24 bits count the block's uses (they go on counting across an adoption, and wrap
+// within the tag: a stale handle is confused with a live one only 16M uses later). Every
+// daemon draws its own tag, distinct from those still present in the arena it adopted, so
+// a handle that a previous daemon issued for a block reused since never matches a
+// generation this daemon issues, and kvpoold can say where it came from. Tag 0: the plain
+// 32-bit counter of in-process pools.
+inline constexpr uint32_t kGenerationTagShift = 24;
+inline constexpr uint32_t kGenerationCountMask = (1u << kGenerationTagShift) - 1;
+constexpr uint32_t generation_tag_of(uint32_t generation) {
+  return generation >> kGenerationTagShift;
+}
+constexpr uint32_t next_generation(uint32_t generation, uint32_t tag) {
+  return tag == 0 ? generation + 1
+                  : (tag << kGenerationTagShift) | ((generation + 1) & kGenerationCountMask);
+}
 
 }  // namespace kvpool::pool

@@ -54,6 +54,14 @@ struct OwnerQuota {
   friend bool operator==(const OwnerQuota&, const OwnerQuota&) = default;
 };
 
+// What adopt_registry kept of a previous daemon's arena.
+struct AdoptCounts {
+  uint32_t adopted = 0;      // registered blocks kept (inactive now: their holders are gone)
+  uint32_t dropped = 0;      // blocks that claimed a registration it could not prove (now free)
+  uint32_t freed = 0;        // mutable blocks of clients that are gone (now free)
+  bool interrupted = false;  // the previous writer died inside a call (odd write sequence)
+};
+
 struct PoolCounts {
   uint32_t total;
   uint32_t free;
@@ -80,6 +88,9 @@ class PoolCore {
   static Status validate(const void* memory, size_t bytes);
 
   void set_event_sink(EventSink* sink) { sink_ = sink; }
+  // The daemon's generation tag (arena.hpp, next_generation): every generation allocate
+  // issues from now on carries it. 0 (the default): plain counters.
+  void set_generation_tag(uint8_t tag);
   // kInvalidArgument when max_owners * max_refs_per_block could wrap a refcount.
   Status set_quota(const OwnerQuota& quota);
   const OwnerQuota& quota() const { return quota_; }
@@ -133,9 +144,17 @@ class PoolCore {
   // Checks every structural invariant (O(blocks + holds)); kInternal naming the first break.
   Status check_invariants() const;
 
+  // Takes over the registry of `previous`, the arena of a daemon that is gone, whose pool
+  // had this one's shape (same num_blocks), into this freshly created core (every block
+  // free). shared/src/pool/pool_adopt.cpp says what is kept and why it is safe.
+  // kInvalidState when this core is not fresh or the shapes differ; kInternal when the
+  // result fails check_invariants (the caller then starts the pool empty).
+  Result<AdoptCounts> adopt_registry(const PoolCore& previous);
+
  private:
   Status check_owner(uint32_t owner) const;
   Status check_mutable_handle(uint32_t owner, BlockRef ref) const;
+  Status stale_handle(BlockRef ref, uint32_t current) const;  // why ref's generation is wrong
   void free_push(uint32_t id);
   uint32_t free_pop();
   void owner_mutable_push(uint32_t owner, uint32_t id);

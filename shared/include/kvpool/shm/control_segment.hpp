@@ -108,6 +108,10 @@ class ControlReader {
   Result<EventRingReader> event_ring() const;
   // The request latency histogram, when the daemon writes one (layout minor >= 2).
   const LatencyHistogram* request_latency() const;
+  // The daemon's epoch and what it adopted (layout 3.1); nullptr from a 3.0 daemon.
+  const RestartInfo* restart() const;
+  // The daemon's epoch; 0 from a daemon that does not publish one.
+  uint64_t epoch() const { return restart() ? restart()->epoch : 0; }
 
  private:
   Segment segment_;

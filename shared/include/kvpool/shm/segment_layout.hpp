@@ -31,9 +31,11 @@ inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 // Major 2: segments are sealed memfds, the Welcome carries a pool mask. Minors of 1 (event
 // ring, latency histogram, reclaim times, PoolInfo::dtype) are all in 2.0, which adds
 // per-slot rejected handles. Major 3: per-block checksums (RegisterItem grows to 48 bytes,
-// the pool arena stores a checksum per block, opcodes kVerify and kScrub).
+// the pool arena stores a checksum per block, opcodes kVerify and kScrub). Minor 1 of 3:
+// restarts (ControlHeader::restart, PoolInfo's adoption counts; generations carry the
+// daemon's tag, pool/arena.hpp), additions only: a 3.0 reader reads a 3.1 segment.
 inline constexpr uint16_t kLayoutMajor = 3;
-inline constexpr uint16_t kLayoutMinor = 0;
+inline constexpr uint16_t kLayoutMinor = 1;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
@@ -85,6 +87,29 @@ struct LatencyHistogram {
 };
 static_assert(sizeof(LatencyHistogram) == 192);
 
+// Minor 1 (header_bytes >= 576): who this daemon is, and what it kept of its predecessor.
+// Written once before kReady (plain fields, published by the state store).
+struct RestartInfo {
+  // Random, nonzero, new at every start (daemon/epoch.hpp): names this daemon process among
+  // all the daemons that ever served the instance. The pid does not (a successor may get
+  // the same pid in another PID namespace or after a wrap), and neither does a start time
+  // (two daemons of two instances may start in the same tick).
+  uint64_t epoch;
+  // The epoch of the daemon whose pools this one adopted (0: it adopted nothing).
+  uint64_t previous_epoch;
+  // The top byte of every block generation this daemon issues (pool/arena.hpp), nonzero and
+  // never the tag of a generation still present in an adopted arena.
+  uint32_t generation_tag;
+  uint32_t adopted_pools;  // pools whose registry this daemon took over
+  // Registered blocks taken over, and blocks whose registration could not be proven and
+  // were dropped (daemon/adoption.hpp); sums over the pools (PoolInfo has each pool's).
+  uint64_t adopted_blocks;
+  uint64_t adoption_dropped_blocks;
+  uint64_t adoption_ns;  // how long adoption took (0: none)
+  uint8_t reserved[16];
+};
+static_assert(sizeof(RestartInfo) == 64 && std::is_trivially_copyable_v<RestartInfo>);
+
 struct ControlHeader {
   uint64_t magic;
   uint16_t layout_major;
@@ -118,6 +143,8 @@ struct ControlHeader {
   alignas(64) ControlStats stats;
   // offset 320. Minor 2 (header_bytes >= 512): per-request engine time.
   alignas(64) LatencyHistogram request_latency;
+  // offset 512. Minor 1 of major 3 (header_bytes >= 576).
+  alignas(64) RestartInfo restart;
 };
 static_assert(std::is_standard_layout_v<ControlHeader>);
 static_assert(offsetof(ControlHeader, instance) == 64);
@@ -129,7 +156,8 @@ static_assert(offsetof(ControlHeader, event_ring_bytes) == 152);
 static_assert(offsetof(ControlHeader, daemon_version) == 160);
 static_assert(offsetof(ControlHeader, stats) == 192);
 static_assert(offsetof(ControlHeader, request_latency) == 320);
-static_assert(sizeof(ControlHeader) == 512);
+static_assert(offsetof(ControlHeader, restart) == 512);
+static_assert(sizeof(ControlHeader) == 576);
 
 // One per client slot: what `kvpoolctl clients` shows. Written by the daemon only.
 struct SlotInfo {
@@ -164,7 +192,11 @@ struct PoolInfo {
   uint8_t ipc_handle[64];   // cudaIpcMemHandle_t (device pools)
   uint32_t dtype;           // kvpool::DType (0: unspecified)
   uint32_t hash_scheme;     // kvpool::HashScheme of the pool's hashes (core/hash.hpp)
-  uint8_t reserved[32];
+  // Minor 1: registered blocks this pool took over from the previous daemon, and those it
+  // dropped because their state could not be proven (0 and 0: a fresh pool).
+  uint64_t adopted_blocks;
+  uint64_t adoption_dropped_blocks;
+  uint8_t reserved[16];
 };
 static_assert(std::is_standard_layout_v<PoolInfo> && std::is_trivially_copyable_v<PoolInfo>);
 static_assert(offsetof(PoolInfo, layout) == 128);
@@ -172,6 +204,7 @@ static_assert(offsetof(PoolInfo, data_bytes) == 168);
 static_assert(offsetof(PoolInfo, ipc_handle) == 208);
 static_assert(offsetof(PoolInfo, dtype) == 272);
 static_assert(offsetof(PoolInfo, hash_scheme) == 276);
+static_assert(offsetof(PoolInfo, adopted_blocks) == 280);
 static_assert(sizeof(PoolInfo) == 312);
 
 // Head of a client's own segment. The lease mutex is locked by the client's lease thread

@@ -1,0 +1,192 @@
+#include "daemon/adoption.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "kvpool/core/layout.hpp"
+
+namespace kvpool::daemon {
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
+
+bool within(uint64_t offset, uint64_t bytes, uint64_t size) {
+  return offset <= size && bytes <= size - offset;
+}
+
+// The header of a previous control segment, if it is one at all.
+const shm::ControlHeader* header_of(const shm::Segment& s) {
+  if (s.size() < sizeof(shm::ControlHeader)) return nullptr;
+  const auto* h = s.as<const shm::ControlHeader>();
+  return h->magic == shm::kControlMagic ? h : nullptr;
+}
+
+bool has_restart_info(const shm::ControlHeader& h) {
+  return h.layout_major == shm::kLayoutMajor && h.layout_minor >= 1 &&
+         h.header_bytes >= offsetof(shm::ControlHeader, restart) + sizeof(shm::RestartInfo);
+}
+
+}  // namespace
+
+Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
+  Adoption a;
+  struct Control {
+    std::string name;
+    shm::Segment segment;
+    uint64_t epoch = 0, previous = 0;
+  };
+  std::vector<Control> controls;
+  for (InheritedFd& f : fds) {
+    if (starts_with(f.name, kFdNamePoolPrefix)) {
+      a.data_[f.name.substr(std::strlen(kFdNamePoolPrefix))] = std::move(f.fd);
+    } else if (starts_with(f.name, kFdNameControlPrefix)) {
+      auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
+      const shm::ControlHeader* h = seg ? header_of(*seg) : nullptr;
+      if (h == nullptr) {
+        spdlog::warn("stored descriptor '{}' is not a kvpool control segment; dropping it", f.name);
+        fd_store_remove(f.name);
+        continue;
+      }
+      Control c{f.name, std::move(seg.value())};
+      if (has_restart_info(*h)) {
+        c.epoch = h->restart.epoch;
+        c.previous = h->restart.previous_epoch;
+      }
+      controls.push_back(std::move(c));
+    } else {
+      spdlog::warn("stored descriptor '{}' is none of kvpoold's; dropping it", f.name);
+      fd_store_remove(f.name);
+    }
+  }
+  if (controls.empty()) {
+    if (!a.data_.empty())
+      spdlog::warn("{} stored pool segment(s) but no control segment: every pool starts empty",
+                   a.data_.size());
+    return a;
+  }
+  // Two control segments: a daemon stored its own and died before it removed its
+  // predecessor's. The newest is the one no other names as its predecessor; the older one
+  // describes a registry that has changed since.
+  size_t newest = 0;
+  for (size_t i = 0; i < controls.size(); ++i) {
+    bool superseded = false;
+    for (size_t k = 0; k < controls.size(); ++k)
+      superseded |= k != i && controls[i].epoch != 0 && controls[k].previous == controls[i].epoch;
+    if (!superseded) newest = i;
+  }
+  for (size_t i = 0; i < controls.size(); ++i) {
+    if (i == newest) continue;
+    spdlog::info("dropping the superseded control segment '{}'", controls[i].name);
+    fd_store_remove(controls[i].name);
+  }
+  Control& c = controls[newest];
+  const shm::ControlHeader& h = *header_of(c.segment);
+  a.previous_control_name_ = c.name;
+  if (has_restart_info(h) && h.restart.generation_tag != 0) a.tags_.set(h.restart.generation_tag);
+  if (h.layout_major != shm::kLayoutMajor || h.layout_minor != shm::kLayoutMinor ||
+      h.header_bytes != sizeof(shm::ControlHeader)) {
+    spdlog::warn(
+        "the previous kvpoold used shm layout {}.{} (header {} bytes), this one {}.{}: every "
+        "pool starts empty",
+        h.layout_major, h.layout_minor, h.header_bytes, shm::kLayoutMajor, shm::kLayoutMinor);
+    return a;
+  }
+  if (h.total_bytes > c.segment.size() ||
+      !within(h.pools_offset, uint64_t{h.num_pools} * sizeof(shm::PoolInfo), c.segment.size()) ||
+      h.pools_offset % alignof(shm::PoolInfo) != 0) {
+    spdlog::warn("the previous control segment's header is corrupt: every pool starts empty");
+    return a;
+  }
+  a.previous_epoch_ = c.epoch;
+  a.header_ = &h;
+  a.previous_ = std::move(c.segment);
+  spdlog::info("found the control segment of kvpoold epoch {:016x} (pid {}) and {} pool segment(s)",
+               a.previous_epoch_, h.daemon_pid, a.data_.size());
+  return a;
+}
+
+std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
+  auto it = data_.find(pc.name);
+  if (!has_previous() || it == data_.end()) return std::nullopt;
+  auto empty = [&](const std::string& why) {
+    spdlog::warn("pool '{}' starts empty, the previous daemon's is not adopted: {}", pc.name, why);
+    return std::nullopt;
+  };
+  const auto* base = previous_.as<const char>();
+  const auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + header_->pools_offset);
+  const shm::PoolInfo* info = nullptr;
+  for (uint32_t i = 0; i < header_->num_pools; ++i)
+    if (strnlen(infos[i].name, shm::kNameBytes) < shm::kNameBytes && pc.name == infos[i].name)
+      info = &infos[i];
+  if (info == nullptr) return empty("its control segment has no pool of that name");
+  if (pc.storage != shm::StorageKind::kHost ||
+      info->storage != static_cast<uint32_t>(shm::StorageKind::kHost))
+    return empty("only host pools are adopted");
+  if (!(info->layout == pc.layout))
+    return empty(
+        "the layout changed (blocks " + std::to_string(info->layout.num_blocks) + " -> " +
+        std::to_string(pc.layout.num_blocks) + ", layers " +
+        std::to_string(info->layout.num_layers) + " -> " + std::to_string(pc.layout.num_layers) +
+        ", page " + std::to_string(info->layout.page_size) + " -> " +
+        std::to_string(pc.layout.page_size) + ", inner " + std::to_string(info->layout.inner_dim) +
+        " -> " + std::to_string(pc.layout.inner_dim) + ", ...)");
+  if (info->dtype != static_cast<uint32_t>(pc.dtype)) return empty("the dtype changed");
+  if (info->hash_scheme != static_cast<uint32_t>(pc.hash_scheme))
+    return empty("the hash scheme changed");
+  auto layout = Layout::create(pc.layout);
+  if (!layout) return empty(layout.status().message());
+  struct stat st {};
+  if (info->data_bytes != layout->total_bytes() || ::fstat(it->second.get(), &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) < info->data_bytes)
+    return empty("its data segment is smaller than its layout");
+  if (!within(info->arena_offset, info->arena_bytes, previous_.size()) ||
+      info->arena_offset % 64 != 0)
+    return empty("its arena lies outside the control segment (corrupt)");
+  const void* arena = base + info->arena_offset;
+  if (Status v = pool::PoolCore::validate(arena, info->arena_bytes); !v.is_ok())
+    return empty("its arena is unusable (" + v.message() + ")");
+  const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
+  if (ah.num_blocks != pc.layout.num_blocks) return empty("its arena has another block count");
+  Pool p;
+  p.name = pc.name;
+  p.arena = arena;
+  p.arena_bytes = info->arena_bytes;
+  p.interrupted = (ah.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
+  if (!p.interrupted) {
+    // Its daemon died between two pool calls: then every structure was complete, and any
+    // broken invariant means someone wrote where nobody may. Nothing of it is served.
+    // (The arena is mapped read-only: attach and check_invariants only read.)
+    auto prev = pool::PoolCore::attach(const_cast<void*>(arena), info->arena_bytes, 0, pc.name);
+    if (!prev) return empty("its arena is unusable (" + prev.status().message() + ")");
+    if (Status inv = prev->check_invariants(); !inv.is_ok())
+      return empty("its arena is corrupt (" + inv.message() + ")");
+  }
+  p.data = std::move(it->second);
+  data_.erase(it);
+  return p;
+}
+
+void Adoption::release_unused() {
+  for (auto& [name, fd] : data_) {
+    spdlog::info("dropping the previous daemon's segment of pool '{}'", name);
+    fd_store_remove(fd_name_pool(name));
+  }
+  data_.clear();  // closes them
+}
+
+Result<pool::AdoptCounts> Adoption::adopt_registry(const Pool& p, pool::PoolCore& core) {
+  auto prev = pool::PoolCore::attach(const_cast<void*>(p.arena), p.arena_bytes, 0, p.name);
+  if (!prev) return prev.status();
+  auto counts = core.adopt_registry(*prev);
+  if (!counts) return counts.status();
+  for (uint32_t id = 0; id < core.num_blocks(); ++id)
+    tags_.set(pool::generation_tag_of(core.block(id).generation));
+  tags_.reset(0);  // 0 is never a daemon's tag
+  return counts;
+}
+
+}  // namespace kvpool::daemon

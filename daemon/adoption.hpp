@@ -1,0 +1,77 @@
+// A restarted kvpoold takes over the host pools of the daemon before it (issue 15): their
+// data segments (the KV bytes, untouched) and their registries, rebuilt from the previous
+// control segment's arenas (pool::PoolCore::adopt_registry says what is kept and why that
+// is safe). Both arrive as descriptors the supervisor kept (daemon/fd_store.hpp).
+//
+// A previous pool is taken over only when everything that fixes where a block's bytes lie
+// and what its hashes mean is unchanged: host storage, the same layout (block count and
+// every dimension), dtype and hash scheme, an arena of this build's version whose header
+// is sound, and, when the previous daemon died between two pool calls, an arena that
+// passes every pool invariant (a scribble is caught there). Otherwise that pool starts
+// empty, with a log line saying why. Device pools always start empty: their memory died
+// with the process that allocated it.
+#pragma once
+
+#include <bitset>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/fd_store.hpp"
+#include "kvpool/core/status.hpp"
+#include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/segment.hpp"
+#include "kvpool/shm/segment_layout.hpp"
+
+namespace kvpool::daemon {
+
+class Adoption {
+ public:
+  struct Pool {  // a previous host pool this daemon may take over
+    std::string name;
+    shm::UniqueFd data;           // its data segment
+    const void* arena = nullptr;  // its arena, in the previous control segment (read-only)
+    size_t arena_bytes = 0;
+    bool interrupted = false;  // its daemon died inside a pool call
+  };
+
+  // Sorts what the supervisor passed at start: the newest previous control segment, mapped
+  // read-only, and the pool data segments. Logs what it found and what it cannot use.
+  static Adoption prepare(std::vector<InheritedFd> fds);
+
+  bool has_previous() const { return previous_.data() != nullptr; }
+  uint64_t previous_epoch() const { return previous_epoch_; }
+  // The store name of the previous control segment ("" when none).
+  const std::string& previous_control_name() const { return previous_control_name_; }
+
+  // The previous daemon's pool that may serve `pc`, taken out (once); nullopt, with a log
+  // line saying why when there was one, otherwise.
+  std::optional<Pool> take(const PoolConfig& pc);
+  // Previous pool segments that no configured pool took: removed from the store and
+  // closed, so their memory is gone before the new pools are made. Call after the takes.
+  void release_unused();
+
+  // Rebuilds the registry of `core` (freshly created) from `p`'s arena and notes the tags
+  // of its generations (taken_tags). On error the caller starts the pool empty.
+  Result<pool::AdoptCounts> adopt_registry(const Pool& p, pool::PoolCore& core);
+  // Generation tags that generations of the adopted arenas carry, and the previous
+  // daemon's own: a new daemon picks another (daemon/epoch.hpp).
+  const std::bitset<256>& taken_tags() const { return tags_; }
+
+  // Unmaps the previous control segment (after adoption; the store keeps it until the new
+  // daemon has stored its own).
+  void close() { previous_ = shm::Segment(); }
+
+ private:
+  shm::Segment previous_;
+  const shm::ControlHeader* header_ = nullptr;
+  uint64_t previous_epoch_ = 0;
+  std::string previous_control_name_;
+  std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment
+  std::bitset<256> tags_;
+};
+
+}  // namespace kvpool::daemon

@@ -1,0 +1,120 @@
+// Adoption of a previous daemon's registry (issue 15): PoolCore::adopt_registry.
+//
+// The previous daemon may have been killed anywhere, including inside a pool call with the
+// arena half-written (its write sequence is then odd). Nothing of its structures is reused
+// as is. The new registry is rebuilt from per-block records, and a block is kept only when
+// two independent records agree that it is registered:
+//   1. its BlockMeta says active or inactive, not poisoned, with sequence hash H, and
+//   2. the previous hash table, looked up with H, names this very block.
+// Every path that registers a block writes both (the meta first, then the table entry), and
+// every path that takes a block out of the registry (eviction, poisoning) erases the table
+// entry before the block's meta is reused; a table entry is one 16-byte struct that a
+// torn backward-shift could leave pointing at a wrong block, which check 1 then catches (the
+// meta of that block names another hash). A block half-way through either path fails one
+// check and is dropped: its bytes may be a new owner's, or not yet the registered ones.
+// What passes names bytes its registering client committed, under the hash it committed
+// them with; nobody was allowed to write them since.
+//
+// Kept blocks become inactive (whoever held them is gone; a client that reattaches takes its
+// references again by matching). Their order of eviction is kept: the previously inactive
+// ones first, in the order they were returned, then the previously active ones in the order
+// they were acquired. Every other block is free, mutable blocks included (their owners are
+// gone). Generations are carried over for every block, so a handle the previous daemon
+// issued stays exactly as stale (or as valid) as it was.
+//
+// Cost: O(blocks) plus a sort of the kept ones; no KV byte is read.
+#include <algorithm>
+#include <vector>
+
+#include "kvpool/pool/pool_core.hpp"
+
+namespace kvpool::pool {
+
+Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous) {
+  const ArenaHeader& ph = *previous.header_;
+  if (ph.num_blocks != header_->num_blocks)
+    return Status(ErrorCode::kInvalidState,
+                  "pool '" + name_ + "': the previous arena has " + std::to_string(ph.num_blocks) +
+                      " blocks, this pool " + std::to_string(header_->num_blocks));
+  if (header_->stats.free_blocks.load(std::memory_order_relaxed) != header_->num_blocks ||
+      header_->registered != 0)
+    return Status(ErrorCode::kInvalidState,
+                  "pool '" + name_ + "': adoption needs a freshly created pool");
+
+  // A linear-probing look-up ends at an empty slot: a scribbled table with none would never
+  // end. A sound table is at most half full (capacity >= 2 * num_blocks).
+  const auto* entries = reinterpret_cast<const TableEntry*>(
+      reinterpret_cast<const char*>(previous.header_) + ph.off_table);
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < ph.table_capacity; ++i) used += entries[i].used != 0;
+  if (used > ph.num_blocks)
+    return Status(ErrorCode::kInternal, "pool '" + name_ + "': the previous hash table has " +
+                                            std::to_string(used) + " entries for " +
+                                            std::to_string(ph.num_blocks) + " blocks (corrupt)");
+
+  AdoptCounts out;
+  out.interrupted = (ph.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
+  struct Kept {
+    uint32_t id;
+    bool was_active;
+    uint64_t order;  // returned_tick (inactive) or acquired_tick (active)
+  };
+  std::vector<Kept> kept;
+  const uint32_t n = header_->num_blocks;
+  std::vector<uint8_t> keep(n, 0);
+  for (uint32_t id = 0; id < n; ++id) {
+    const BlockMeta& m = previous.blocks_[id];
+    const auto st = static_cast<BlockStateCode>(m.state);
+    if (st == BlockStateCode::kMutable) ++out.freed;
+    if (st == BlockStateCode::kFree || st == BlockStateCode::kMutable) continue;
+    const bool registered_state = st == BlockStateCode::kActive || st == BlockStateCode::kInactive;
+    if (!registered_state || (m.flags & kFlagPoisoned) != 0 ||
+        previous.table_.find(m.sequence_hash) != id) {
+      ++out.dropped;  // a state byte out of range, a poisoned block, or no witness
+      continue;
+    }
+    keep[id] = 1;
+    kept.push_back({id, st == BlockStateCode::kActive,
+                    st == BlockStateCode::kActive ? m.acquired_tick : m.returned_tick});
+  }
+  std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
+    if (a.was_active != b.was_active) return !a.was_active;
+    return a.order < b.order;
+  });
+
+  // No write section: nobody reads this arena before the daemon says READY.
+  // Ticks go on from the previous daemon's, so every tick issued from here on is newer.
+  header_->tick = std::max(header_->tick, ph.tick);
+  // The free FIFO again, without the kept blocks, in id order.
+  header_->free_head = kNone;
+  header_->free_tail = kNone;
+  header_->stats.free_blocks.store(0, std::memory_order_relaxed);
+  for (uint32_t id = 0; id < n; ++id) {
+    blocks_[id].generation = previous.blocks_[id].generation;
+    if (!keep[id]) free_push(id);
+  }
+  for (const Kept& k : kept) {
+    const BlockMeta& m = previous.blocks_[k.id];
+    BlockMeta& b = blocks_[k.id];
+    b.sequence_hash = m.sequence_hash;
+    b.block_hash = m.block_hash;
+    b.parent_hash = m.parent_hash;
+    b.priority = m.priority;
+    b.flags = static_cast<uint8_t>(m.flags & kFlagHasParent);
+    b.acquired_tick = m.acquired_tick;
+    b.returned_tick = ++header_->tick;
+    b.refcount = 0;
+    checksums_[k.id] = previous.checksums_[k.id];
+    table_.insert(b.sequence_hash, k.id);
+    ++header_->registered;
+    inactive_push(k.id);
+  }
+  out.adopted = static_cast<uint32_t>(kept.size());
+  if (Status s = check_invariants(); !s.is_ok())
+    return Status(
+        ErrorCode::kInternal,
+        "pool '" + name_ + "': the adopted registry fails its invariants: " + s.message());
+  return out;
+}
+
+}  // namespace kvpool::pool
