@@ -26,10 +26,10 @@
 #include <thread>
 #include <unordered_set>
 
-#include "daemon/events/nats_link.hpp"
-#include "daemon/events/router_event.hpp"
-#include "daemon/events/router_index.hpp"
 #include "events_testbed.hpp"
+#include "examples/router_demo/router_index.hpp"
+#include "tools/kvpool-events/nats_link.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 using namespace kvpool;
 using namespace kvpool::evtest;

@@ -26,9 +26,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/events/pool_meta.hpp"
-#include "daemon/events/router_event.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "tools/kvpool-events/pool_meta.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 namespace kvpool::events {
 
