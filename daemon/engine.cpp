@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/client_segment.hpp"
 #include "daemon/liveness.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
@@ -112,6 +113,22 @@ Engine::~Engine() {
 }
 
 Status Engine::init() {
+  KVPOOL_RETURN_IF_ERROR(claim_instance());
+  std::vector<pool::PoolCoreConfig> core_configs;
+  for (const PoolConfig& pc : config_.pools)
+    core_configs.push_back({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+  KVPOOL_RETURN_IF_ERROR(create_control_segment(core_configs));
+  KVPOOL_RETURN_IF_ERROR(create_pools(core_configs));
+  sessions_.resize(config_.max_clients);
+  for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
+  KVPOOL_RETURN_IF_ERROR(listen_and_watch());
+  create_dispatcher();
+  return Status::ok();
+}
+
+// The runtime dir exists and no live daemon serves this instance. From here on the
+// destructor cleans up (created_).
+Status Engine::claim_instance() {
   runtime_dir_ = config_.runtime_dir.empty() ? default_runtime_dir() : config_.runtime_dir;
   KVPOOL_RETURN_IF_ERROR(make_runtime_dir(runtime_dir_));
   socket_path_ = socket_path(runtime_dir_, config_.instance);
@@ -126,12 +143,11 @@ Status Engine::init() {
   if (struct stat st{}; ::lstat(socket_path_.c_str(), &st) == 0)
     spdlog::warn("replacing the stale socket {} of a daemon that is gone", socket_path_);
   created_ = true;
+  return Status::ok();
+}
 
-  // Control segment: shm/control_segment.hpp places every part and fills the header.
-  const uint32_t np = static_cast<uint32_t>(config_.pools.size());
-  std::vector<pool::PoolCoreConfig> core_configs;
-  for (const PoolConfig& pc : config_.pools)
-    core_configs.push_back({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+// Control segment: shm/control_segment.hpp places every part and fills the header.
+Status Engine::create_control_segment(const std::vector<pool::PoolCoreConfig>& core_configs) {
   auto placed = shm::control_layout(config_.max_clients, core_configs, config_.event_ring_slots);
   if (!placed) return placed.status();
   auto ctl = shm::ControlWriter::create(config_.instance, config_.max_clients,
@@ -142,7 +158,13 @@ Status Engine::init() {
   slots_info_ = control_.slots();
   if (control_.event_ring().valid())
     events_ = std::make_unique<EventPublisher>(control_.event_ring());
+  return Status::ok();
+}
 
+// Each pool's storage (host shm or a CUDA slab), its core in the control segment, and its
+// PoolInfo for clients.
+Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_configs) {
+  const uint32_t np = static_cast<uint32_t>(config_.pools.size());
   // A previous daemon's host pools, kept by a supervisor: taken over where they fit
   // (daemon/adoption.hpp); those that do not go before the new pools take memory.
   const uint64_t adoption_t0 = now_ns(CLOCK_MONOTONIC);
@@ -183,9 +205,11 @@ Status Engine::init() {
     if (Status q = p.core.set_quota(config_.quota); !q.is_ok())
       return Status(ErrorCode::kConfigError, "quota: " + q.message());
   }
-  sessions_.resize(config_.max_clients);
-  for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
+  return Status::ok();
+}
 
+// The listening socket, and the epoll set with it and the stop eventfd.
+Status Engine::listen_and_watch() {
   auto lfd = shm::listen_unix(socket_path_);
   if (!lfd) return lfd.status();
   listen_fd_ = std::move(lfd.value());
@@ -203,7 +227,12 @@ Status Engine::init() {
   };
   if (add(listen_fd_.get(), tag(kListen, 0)) != 0 || add(stop_fd_.get(), tag(kStop, 0)) != 0)
     return io_error("epoll_ctl", errno);
+  return Status::ok();
+}
 
+// The dispatcher runs ring records against the pools' cores; kVerify and kScrub check
+// host pools' bytes.
+void Engine::create_dispatcher() {
   uint32_t max_payload = shm::max_ring_payload(config_.ring_bytes);
   scratch_.resize(max_payload);
   std::vector<pool::PoolCore*> cores;
@@ -215,7 +244,6 @@ Status Engine::init() {
       checkers[i] = BlockChecker(bytes, *Layout::create(pools_[i].config.layout));
   }
   dispatcher_.set_checkers(std::move(checkers));  // kVerify, kScrub: host pools only
-  return Status::ok();
 }
 
 void Engine::request_stop() {
@@ -498,6 +526,8 @@ void Engine::on_pending_readable(size_t index) {
   on_hello(std::move(p.sock), buf, *n);
 }
 
+// Hello -> Welcome (or a refusal that says why): an observer gets the control segment
+// read-only; a worker gets a slot, its own segment with its rings, and the pools' fds.
 void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   auto hello = proto::parse_hello(msg, len);  // size, magic, type, layout major
   if (!hello) {
@@ -505,16 +535,42 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
   const proto::Hello& h = hello.value();
-  if (config_.instance != h.instance) {
-    refuse(sock.get(), ErrorCode::kNotFound,
-           std::string("this socket serves instance '") + config_.instance + "', not '" +
-               h.instance + "'");
+  auto cred = vet_caller(sock.get(), h);
+  if (!cred) return;
+  spdlog::debug("{} from pid {} uid {}: libkvpool {}",
+                h.type == proto::MsgType::kObserve ? "observe" : "hello", cred->pid, cred->uid,
+                unpack_version(h.client_version));
+  auto ro = control_.open_readonly_fd();
+  if (!ro) {
+    refuse(sock.get(), ErrorCode::kInternal, ro.status().message());
     return;
   }
-  auto cred = shm::peer_credentials(sock.get());
-  if (!cred) {
-    refuse(sock.get(), ErrorCode::kPermissionDenied, cred.status().message());
+  if (h.type == proto::MsgType::kObserve) {
+    // kvpoolctl: the control segment, read-only, and nothing else.
+    proto::Welcome w = proto::make_welcome();
+    int fds[1] = {ro->get()};
+    w.num_fds = 1;
+    w.slot = 0xFFFFFFFFu;
+    (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
     return;
+  }
+  if (Session* s = free_slot_for(sock.get(), cred->uid))
+    attach(*s, std::move(sock), *cred, ro->get());
+}
+
+// The hello is for this instance, from a peer whose credentials the kernel vouches for and
+// whom the allow-lists admit. nullopt once refused.
+std::optional<shm::PeerCred> Engine::vet_caller(int fd, const proto::Hello& h) {
+  if (config_.instance != h.instance) {
+    refuse(fd, ErrorCode::kNotFound,
+           std::string("this socket serves instance '") + config_.instance + "', not '" +
+               h.instance + "'");
+    return std::nullopt;
+  }
+  auto cred = shm::peer_credentials(fd);
+  if (!cred) {
+    refuse(fd, ErrorCode::kPermissionDenied, cred.status().message());
+    return std::nullopt;
   }
   auto allowed = [](const auto& list, auto v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
@@ -524,98 +580,59 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   const bool root_observer = h.type == proto::MsgType::kObserve && cred->uid == 0;
   if (!root_observer &&
       (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid))) {
-    refuse(sock.get(), ErrorCode::kPermissionDenied,
+    refuse(fd, ErrorCode::kPermissionDenied,
            "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
                " may not attach to instance '" + config_.instance +
                "' (allowed_uids/allowed_gids)");
-    return;
+    return std::nullopt;
   }
-  spdlog::debug("{} from pid {} uid {}: libkvpool {}",
-                h.type == proto::MsgType::kObserve ? "observe" : "hello", cred->pid, cred->uid,
-                unpack_version(h.client_version));
-  auto ro = control_.open_readonly_fd();
-  if (!ro) {
-    refuse(sock.get(), ErrorCode::kInternal, ro.status().message());
-    return;
-  }
+  return cred.value();
+}
 
-  proto::Welcome w = proto::make_welcome();
-  if (h.type == proto::MsgType::kObserve) {
-    // kvpoolctl: the control segment, read-only, and nothing else.
-    int fds[1] = {ro->get()};
-    w.num_fds = 1;
-    w.slot = 0xFFFFFFFFu;
-    (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
-    return;
-  }
-
+// A free slot for a worker of `uid`, within max_clients_per_uid; null once refused.
+Session* Engine::free_slot_for(int fd, uid_t uid) {
   if (config_.max_clients_per_uid != 0) {
     const auto mine = std::count_if(sessions_.begin(), sessions_.end(), [&](const Session& s) {
-      return s.state != SlotState::kFree && s.uid == cred->uid;
+      return s.state != SlotState::kFree && s.uid == uid;
     });
     if (static_cast<uint64_t>(mine) >= config_.max_clients_per_uid) {
-      refuse(sock.get(), ErrorCode::kResourceExhausted,
-             "uid " + std::to_string(cred->uid) + " already holds " + std::to_string(mine) +
+      refuse(fd, ErrorCode::kResourceExhausted,
+             "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) +
                  " client slots of instance '" + config_.instance + "' (max_clients_per_uid)");
-      return;
+      return nullptr;
     }
   }
   auto free_it = std::find_if(sessions_.begin(), sessions_.end(),
                               [](const Session& s) { return s.state == SlotState::kFree; });
   if (free_it == sessions_.end()) {
-    refuse(sock.get(), ErrorCode::kResourceExhausted,
+    refuse(fd, ErrorCode::kResourceExhausted,
            "instance '" + config_.instance + "' has all " + std::to_string(config_.max_clients) +
                " client slots in use (raise max_clients)");
-    return;
+    return nullptr;
   }
-  Session& s = *free_it;
-  auto lay = shm::client_segment_layout(config_.ring_bytes);
-  auto seg = shm::Segment::create_anonymous("kvpool-client", lay.total_bytes);
+  return &*free_it;
+}
+
+// Makes the worker's segment, sends the Welcome with every descriptor it needs, and starts
+// its session in slot `s` (Attaching until it sends Ready).
+void Engine::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int control_fd) {
+  auto seg = create_client_segment(s.slot, s.generation + 1, config_.ring_bytes);
   if (!seg) {
-    refuse(sock.get(), seg.status().code(),
-           "cannot create the client segment: " + seg.status().message());
+    refuse(sock.get(), seg.status().code(), seg.status().message());
     return;
   }
-  auto* ch = new (seg->data()) shm::ClientHeader{};
-  ch->magic = shm::kClientMagic;
-  ch->layout_major = shm::kLayoutMajor;
-  ch->layout_minor = shm::kLayoutMinor;
-  ch->slot = s.slot;
-  ch->generation = s.generation + 1;
-  ch->ring_capacity = config_.ring_bytes;
-  ch->request_offset = lay.request_offset;
-  ch->response_offset = lay.response_offset;
-  Status st = shm::init(ch->lease);
-  auto* base = seg->as<char>();
-  auto req = shm::init_ring(base + lay.request_offset, shm::ring_bytes(config_.ring_bytes),
-                            config_.ring_bytes);
-  auto resp = shm::init_ring(base + lay.response_offset, shm::ring_bytes(config_.ring_bytes),
-                             config_.ring_bytes);
-  auto pidfd = shm::pidfd_open(cred->pid);
+  auto pidfd = shm::pidfd_open(cred.pid);
   UniqueFd bell(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  auto segfd = seg->dup_fd();
-  if (!st.is_ok() || !req || !resp || !pidfd || !bell || !segfd) {
+  auto segfd = seg->segment.dup_fd();
+  if (!pidfd || !bell || !segfd) {
     refuse(sock.get(), ErrorCode::kInternal, "cannot set up the client segment");
     return;
   }
-  std::vector<int> fds{ro->get(), segfd->get(), bell.get()};
-  // Then, in pool order, a data fd for each pool this client may use whose storage travels
-  // as one (host pools; device pools publish their CUDA IPC handle in PoolInfo):
-  // proto::welcome_carries_fd. Pools closed to it by their allow-lists send nothing.
-  const uint32_t pool_mask = pool_mask_for(cred->uid, cred->gid);
-  std::vector<UniqueFd> pool_fds;
-  for (size_t i = 0; i < pools_.size(); ++i) {
-    auto& p = pools_[i];
-    if ((pool_mask & (1u << i)) == 0) continue;
-    auto d = p.storage.client_fd();
-    if (!d) {
-      refuse(sock.get(), ErrorCode::kInternal, d.status().message());
-      return;
-    }
-    if (!d->valid()) continue;
-    fds.push_back(d->get());
-    pool_fds.push_back(std::move(d.value()));
-  }
+  std::vector<int> fds{control_fd, segfd->get(), bell.get()};
+  const uint32_t pool_mask = pool_mask_for(cred.uid, cred.gid);
+  std::vector<UniqueFd> pool_fds;  // kept open until the Welcome is sent
+  if (!add_pool_fds(sock.get(), pool_mask, fds, pool_fds)) return;
+  proto::Welcome w = proto::make_welcome();
   w.slot = s.slot;
   w.generation = s.generation + 1;
   w.num_fds = static_cast<uint32_t>(fds.size());
@@ -623,7 +640,7 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   w.ring_capacity = config_.ring_bytes;
   if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
       !sent.is_ok()) {
-    spdlog::warn("welcome to pid {} failed: {}", cred->pid, sent.to_string());
+    spdlog::warn("welcome to pid {} failed: {}", cred.pid, sent.to_string());
     return;
   }
   s.generation += 1;
@@ -632,18 +649,43 @@ void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
   s.sock = std::move(sock);
   s.pidfd = std::move(pidfd.value());
   s.doorbell = std::move(bell);
-  s.header = ch;
-  s.requests.emplace(*req, config_.ring_bytes);
-  s.responses.emplace(*resp, config_.ring_bytes);
-  s.segment = std::move(seg.value());
-  s.pid = cred->pid;
-  s.uid = cred->uid;
-  s.gid = cred->gid;
+  s.header = seg->header;
+  s.requests.emplace(seg->requests, config_.ring_bytes);
+  s.responses.emplace(seg->responses, config_.ring_bytes);
+  s.segment = std::move(seg->segment);
+  s.pid = cred.pid;
+  s.uid = cred.uid;
+  s.gid = cred.gid;
   s.attach_ns = now_ns(CLOCK_REALTIME);
   s.hello_mono_ns = now_ns(CLOCK_MONOTONIC);
   s.pool_mask = pool_mask;
   s.protocol_errors = 0;
   s.rejected_handles = 0;
+  watch_session(s);
+}
+
+// Then, in pool order, a data fd for each pool this client may use whose storage travels
+// as one (host pools; device pools publish their CUDA IPC handle in PoolInfo):
+// proto::welcome_carries_fd. Pools closed to it by their allow-lists send nothing.
+// False once refused.
+bool Engine::add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
+                          std::vector<UniqueFd>& keep) {
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    if ((pool_mask & (1u << i)) == 0) continue;
+    auto d = pools_[i].storage.client_fd();
+    if (!d) {
+      refuse(fd, ErrorCode::kInternal, d.status().message());
+      return false;
+    }
+    if (!d->valid()) continue;
+    fds.push_back(d->get());
+    keep.push_back(std::move(d.value()));
+  }
+  return true;
+}
+
+// A new session's slot counters start from zero, and its socket and pidfd join the epoll set.
+void Engine::watch_session(Session& s) {
   // A new client starts from zero, not from its slot's previous owner's counters.
   slots_info_[s.slot].requests.store(0, std::memory_order_relaxed);
   slots_info_[s.slot].protocol_errors.store(0, std::memory_order_relaxed);

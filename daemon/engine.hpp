@@ -19,8 +19,10 @@
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/control_segment.hpp"
+#include "kvpool/shm/protocol.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
+#include "kvpool/shm/unix_socket.hpp"
 
 namespace kvpool::daemon {
 
@@ -64,6 +66,11 @@ class Engine {
 
   explicit Engine(Config config) : config_(std::move(config)) {}
   Status init();
+  Status claim_instance();
+  Status create_control_segment(const std::vector<pool::PoolCoreConfig>& core_configs);
+  Status create_pools(const std::vector<pool::PoolCoreConfig>& core_configs);
+  Status listen_and_watch();
+  void create_dispatcher();
   void handle_events(int timeout_ms);
   void accept_clients();
   bool admit_pending(int fd, uid_t uid);  // caps on not-yet-attached connections
@@ -72,6 +79,12 @@ class Engine {
   void on_pending_readable(size_t index);
   void on_session_socket(uint32_t slot, uint32_t events);
   void on_hello(shm::UniqueFd sock, const void* msg, size_t len);
+  std::optional<shm::PeerCred> vet_caller(int fd, const proto::Hello& h);
+  Session* free_slot_for(int fd, uid_t uid);
+  void attach(Session& s, shm::UniqueFd sock, const shm::PeerCred& cred, int control_fd);
+  bool add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
+                    std::vector<shm::UniqueFd>& keep);
+  void watch_session(Session& s);
   void refuse(int fd, ErrorCode code, const std::string& message);
   void on_ready(Session& s);
   void check_liveness(Session& s, const char* why);

@@ -23,7 +23,7 @@ cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") >/dev/null
 cmake --build "$BUILD_DIR" --target kvpoold kvpoolctl kvpool-replay >/dev/null
 
 KVPOOLD="$BUILD_DIR/daemon/kvpoold"
-CTL="$BUILD_DIR/daemon/ctl/kvpoolctl"
+CTL="$BUILD_DIR/tools/kvpoolctl/kvpoolctl"
 REPLAY="$BUILD_DIR/tools/replay/kvpool-replay"
 RUN=$(mktemp -d /tmp/kvpool-demo-XXXXXX)
 INSTANCE="demo$$"

@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 
 for pct in 2 5 10 20 40; do
   echo "=== capacity $pct% of the slice's distinct blocks ==="
-  "$REPLAY" --kvpoold "$BUILD_DIR/daemon/kvpoold" --kvpoolctl "$BUILD_DIR/daemon/ctl/kvpoolctl" \
+  "$REPLAY" --kvpoold "$BUILD_DIR/daemon/kvpoold" --kvpoolctl "$BUILD_DIR/tools/kvpoolctl/kvpoolctl" \
     --capacity-pct "$pct" --span-s "$SPAN" --speed "$SPEED" --workers 4 \
     --kill-interval 5 --max-kills 1 --seed "$pct" --json "$RES/cap_$pct.json" | tee "$RES/cap_$pct.out"
 done

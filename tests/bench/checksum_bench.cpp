@@ -5,25 +5,22 @@
 // Default block: 8 layers x K,V x 16 tokens x 1024 (8 KV heads x 128) x 2 bytes = 512 KiB.
 // Prints medians; no thresholds (a figure for the README, not a test).
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kvpool/client.hpp"
 #include "kvpool/core/checksum.hpp"
+#include "support/daemon_process.hpp"
 
 using namespace kvpool;
 using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -43,39 +40,13 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-struct Daemon {
-  pid_t pid = -1;
-  std::string dir;
-  std::string instance = "cksum" + std::to_string(getpid());
-};
-
-Daemon start_daemon(const Args& a, const char* kvpoold) {
-  Daemon d;
-  char tmpl[] = "/tmp/kvpool-bench-XXXXXX";
-  d.dir = mkdtemp(tmpl);
-  std::string cfg = d.dir + "/kvpoold.json";
-  std::ofstream(cfg) << "{\"instance\":\"" << d.instance << "\",\"runtime_dir\":\"" << d.dir
-                     << "\",\"log_level\":\"warn\",\"pools\":[{\"name\":\"bench\",\"num_blocks\":"
-                     << a.blocks << ",\"layout\":{\"num_layers\":" << a.layers
-                     << ",\"outer_dim\":2,\"page_size\":" << a.page << ",\"inner_dim\":" << a.inner
-                     << ",\"dtype_bytes\":2,\"alignment\":64}}]}";
-  d.pid = fork();
-  if (d.pid == 0) {
-    execl(kvpoold, kvpoold, "--config", cfg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return d;
-}
-
-Result<Client> connect_with_retry(const Daemon& d) {
-  ConnectOptions o;
-  o.runtime_dir = d.dir;
-  auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (true) {
-    auto c = Client::connect(d.instance, o);
-    if (c || Clock::now() > deadline) return c;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // waiting for start-up only
-  }
+// kvpoold's config: one pool of the benchmark's blocks.
+nlohmann::json bench_config(const Args& a) {
+  nlohmann::json layout = {{"num_layers", a.layers}, {"outer_dim", 2},   {"page_size", a.page},
+                           {"inner_dim", a.inner},   {"dtype_bytes", 2}, {"alignment", 64}};
+  return {{"log_level", "warn"},
+          {"pools", nlohmann::json::array(
+                        {{{"name", "bench"}, {"num_blocks", a.blocks}, {"layout", layout}}})}};
 }
 
 // allocate-64, fill every byte, commit, register (with or without checksums), release.
@@ -124,12 +95,18 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--samples")) a.samples = static_cast<int>(v);
   }
   const char* kvpoold = std::getenv("KVPOOLD");
-  if (!kvpoold) kvpoold = KVPOOLD_PATH;
-  Daemon d = start_daemon(a, kvpoold);
-  auto client = connect_with_retry(d);
+  testsupport::DaemonProcess d(bench_config(a), kvpoold ? kvpoold : KVPOOLD_PATH);
+  try {
+    d.start(30s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  ConnectOptions o;
+  o.runtime_dir = d.runtime_dir();
+  auto client = Client::connect(d.instance(), o);
   if (!client) {
     std::fprintf(stderr, "cannot reach kvpoold: %s\n", client.status().to_string().c_str());
-    kill(d.pid, SIGKILL);
     return 1;
   }
   auto pool = client->pool("bench");
@@ -170,9 +147,6 @@ int main(int argc, char** argv) {
   std::printf("  scrub of %llu blocks             %10.1f us in %llu requests\n",
               static_cast<unsigned long long>(checked), scrub_us,
               static_cast<unsigned long long>(steps));
-  kill(d.pid, SIGTERM);
-  waitpid(d.pid, nullptr, 0);
-  std::error_code ec;
-  std::filesystem::remove_all(d.dir, ec);
-  return 0;
+  d.kill(SIGTERM);
+  return d.wait_exit(10s) ? 0 : 1;
 }

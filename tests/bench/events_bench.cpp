@@ -26,10 +26,10 @@
 #include <thread>
 #include <unordered_set>
 
-#include "daemon/events/nats_link.hpp"
-#include "daemon/events/router_event.hpp"
-#include "daemon/events/router_index.hpp"
 #include "events_testbed.hpp"
+#include "examples/router_demo/router_index.hpp"
+#include "tools/kvpool-events/nats_link.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 using namespace kvpool;
 using namespace kvpool::evtest;
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     zfwd.spawn(
         {KVPOOL_EVENTS_PATH, "--format", "vllm", "--instance", daemon.instance(), "--runtime-dir",
          daemon.runtime_dir(), "--zmq-endpoint", zmq_ep, "--log-level", "info"},
-        test_environment(), -1, -1, zlog.get());
+        child_environment(), -1, -1, zlog.get());
     // Its start-up AllBlocksCleared may go out before our subscription holds (nothing is
     // lost for the figures: the pool is empty then); wait until it listens.
     wait_until([&] { return accepts_tcp(zmq_port); }, 20s, "kvpool-events --format vllm to bind");

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,9 +19,11 @@
 
 #include "kvpool/client.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "support/daemon_process.hpp"
 
 using namespace kvpool;
 using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -105,39 +106,19 @@ CoreFigures run_core(const Args& a, const std::vector<uint64_t>& hashes) {
 
 // ---- daemon ----------------------------------------------------------------------------
 
-struct Daemon {
-  pid_t pid = -1;
-  std::string dir;
-  std::string instance = "bench" + std::to_string(getpid());
-};
-
-Daemon start_daemon(const Args& a, const char* kvpoold) {
-  Daemon d;
-  char tmpl[] = "/tmp/kvpool-bench-XXXXXX";
-  d.dir = mkdtemp(tmpl);
-  std::string cfg = d.dir + "/kvpoold.json";
-  std::ofstream(cfg) << "{\"instance\":\"" << d.instance << "\",\"runtime_dir\":\"" << d.dir
-                     << "\",\"log_level\":\"warn\",\"pools\":[{\"name\":\"bench\",\"num_blocks\":"
-                     << a.blocks
-                     << ",\"layout\":{\"num_layers\":1,\"outer_dim\":1,\"page_size\":16,"
-                        "\"inner_dim\":8,\"dtype_bytes\":2,\"alignment\":64}}]}";
-  d.pid = fork();
-  if (d.pid == 0) {
-    execl(kvpoold, kvpoold, "--config", cfg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return d;
+// kvpoold's config: one pool of small blocks (the figures are about the calls, not bytes).
+nlohmann::json bench_config(const Args& a) {
+  nlohmann::json layout = {{"num_layers", 1}, {"outer_dim", 1},   {"page_size", 16},
+                           {"inner_dim", 8},  {"dtype_bytes", 2}, {"alignment", 64}};
+  return {{"log_level", "warn"},
+          {"pools", nlohmann::json::array(
+                        {{{"name", "bench"}, {"num_blocks", a.blocks}, {"layout", layout}}})}};
 }
 
-Result<Client> connect_with_retry(const Daemon& d) {
+Result<Client> connect(const testsupport::DaemonProcess& d) {
   ConnectOptions o;
-  o.runtime_dir = d.dir;
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (true) {
-    auto c = Client::connect(d.instance, o);
-    if (c || Clock::now() > deadline) return c;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // waiting for start-up only
-  }
+  o.runtime_dir = d.runtime_dir();
+  return Client::connect(d.instance(), o);
 }
 
 // Registers hashes.size() blocks at priority 1 and returns them (inactive, matchable); the
@@ -209,7 +190,8 @@ DaemonFigures run_daemon(const Args& a, Pool& pool, const std::vector<uint64_t>&
 }
 
 // N client processes each loop on match-64 for `seconds`; returns total matches per second.
-double throughput(const Daemon& d, const std::vector<uint64_t>& hashes, int clients, double seconds) {
+double throughput(const testsupport::DaemonProcess& d, const std::vector<uint64_t>& hashes,
+                  int clients, double seconds) {
   int pfd[2];
   if (pipe(pfd) != 0) return 0;
   std::vector<pid_t> kids;
@@ -218,7 +200,7 @@ double throughput(const Daemon& d, const std::vector<uint64_t>& hashes, int clie
     if (p == 0) {
       close(pfd[0]);
       uint64_t ops = 0;
-      auto cl = connect_with_retry(d);
+      auto cl = connect(d);
       if (cl) {
         auto pool = cl->pool("bench");
         std::mt19937_64 rng(c);
@@ -256,12 +238,16 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--seconds")) a.seconds = std::atof(argv[i + 1]);
   }
   const char* kvpoold = std::getenv("KVPOOLD");
-  if (!kvpoold) kvpoold = KVPOOLD_PATH;
-  Daemon d = start_daemon(a, kvpoold);
-  auto client = connect_with_retry(d);
+  testsupport::DaemonProcess d(bench_config(a), kvpoold ? kvpoold : KVPOOLD_PATH);
+  try {
+    d.start(20s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  auto client = connect(d);
   if (!client) {
     std::fprintf(stderr, "cannot reach kvpoold: %s\n", client.status().to_string().c_str());
-    kill(d.pid, SIGKILL);
     return 1;
   }
   auto pool = client->pool("bench");
@@ -274,9 +260,12 @@ int main(int argc, char** argv) {
   std::printf("kvpool cross-process cost: pool of %u blocks, batches of %u, %d samples, medians\n",
               a.blocks, kBatch, a.samples);
   std::printf("%-34s %12s %12s %8s\n", "operation", "in-process", "kvpoold", "ratio");
-  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "match-64 (all hit) + release", core.match, dm.match, dm.match / core.match);
-  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "allocate-64 + release", core.allocate, dm.allocate, dm.allocate / core.allocate);
-  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "allocate+register-64 + release", core.register64, dm.register64, dm.register64 / core.register64);
+  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "match-64 (all hit) + release", core.match,
+              dm.match, dm.match / core.match);
+  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "allocate-64 + release", core.allocate,
+              dm.allocate, dm.allocate / core.allocate);
+  std::printf("%-34s %10.2fus %10.2fus %7.1fx\n", "allocate+register-64 + release", core.register64,
+              dm.register64, dm.register64 / core.register64);
   std::printf("match-64 p99 (busy daemon): %.2f us\n", dm.match_p99);
   std::printf("match-64 against an idle (parked) daemon: %.2f us median\n", dm.idle_match);
   std::printf("aggregate match-64 throughput (client processes, %.1f s each):\n", a.seconds);
@@ -284,10 +273,9 @@ int main(int argc, char** argv) {
   for (int n : {1, 2, 4, 8}) {
     double t = throughput(d, hashes, n, a.seconds);
     if (n == 1) one = t;
-    std::printf("  %d client(s): %10.0f matches/s  (%.2fx of 1 client)\n", n, t, one > 0 ? t / one : 0);
+    std::printf("  %d client(s): %10.0f matches/s  (%.2fx of 1 client)\n", n, t,
+                one > 0 ? t / one : 0);
   }
-  kill(d.pid, SIGTERM);
-  waitpid(d.pid, nullptr, 0);
-  std::string rm = "rm -rf " + d.dir;
-  return std::system(rm.c_str()) == 0 ? 0 : 1;
+  d.kill(SIGTERM);
+  return d.wait_exit(10s) ? 0 : 1;
 }

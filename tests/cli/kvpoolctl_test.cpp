@@ -150,8 +150,8 @@ class KvpoolctlTest : public ::testing::Test {
     daemon_ = start_daemon(KVPOOLD_PATH, dir_->path(), unique_instance("ctl"), config);
   }
   void TearDown() override {
-    int st = daemon_->stop();
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << daemon_->log();
+    ExitStatus st = daemon_->stop();
+    EXPECT_TRUE(st.exited() && st.code() == 0) << daemon_->log();
   }
 
   std::vector<std::string> target() const {
@@ -420,22 +420,12 @@ class Tail {
   explicit Tail(const std::vector<std::string>& argv) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw TestError("pipe failed");
-    pid_ = ::fork();
-    if (pid_ < 0) throw TestError("fork failed");
-    if (pid_ == 0) {
-      ::dup2(p[1], 1);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
     fd_ = p[0];
+    shm::UniqueFd write_end(p[1]);
+    child_.spawn(argv, child_environment(), -1, write_end.get(), 2);
   }
   ~Tail() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
+    child_.kill_and_reap();
     ::close(fd_);
   }
   // The next line, or nullopt at the deadline or at EOF.
@@ -457,7 +447,7 @@ class Tail {
   }
 
  private:
-  pid_t pid_ = -1;
+  ChildProcess child_;
   int fd_ = -1;
   std::string buf_;
 };
@@ -683,8 +673,8 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
   ::munmap(base, static_cast<size_t>(st.st_size));
   r = with({"check"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
-  int status = d->stop();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << d->log();
+  ExitStatus status = d->stop();
+  EXPECT_TRUE(status.exited() && status.code() == 0) << d->log();
 }
 
 // No daemon, or a bad option: exit 1 and one line saying so, for every subcommand.

@@ -14,16 +14,7 @@
 #include <fstream>
 #include <sstream>
 
-extern char** environ;
-
 namespace kvpool::evtest {
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 int free_loopback_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -74,18 +65,6 @@ std::string nats_server_binary() {
   return "";
 }
 
-std::vector<std::string> test_environment() {
-  std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string_view kv(*e);
-    if (kv.starts_with("NOTIFY_SOCKET=") || kv.starts_with("RUNTIME_DIRECTORY=") ||
-        kv.starts_with("WATCHDOG_") || kv.starts_with("LISTEN_"))
-      continue;
-    env.emplace_back(kv);
-  }
-  return env;
-}
-
 // ---- nats-server -----------------------------------------------------------------------------
 
 NatsServer::NatsServer(std::string dir) : dir_(std::move(dir)), port_(free_loopback_port()) {}
@@ -101,7 +80,7 @@ void NatsServer::start() {
   const std::string log = dir_ + "/nats-server." + std::to_string(++starts_) + ".log";
   auto fd = open_log(log);
   proc_ = std::make_unique<ChildProcess>();
-  proc_->spawn({bin, "-a", "127.0.0.1", "-p", std::to_string(port_)}, test_environment(), -1,
+  proc_->spawn({bin, "-a", "127.0.0.1", "-p", std::to_string(port_)}, child_environment(), -1,
                fd.get(), fd.get());
   wait_until([&] { return accepts_tcp(port_) || !proc_->running(); }, 10s,
              "nats-server to accept connections on port " + std::to_string(port_));
@@ -133,7 +112,7 @@ void ForwarderProcess::start() {
   proc_->spawn({KVPOOL_EVENTS_PATH, "--instance", instance_, "--runtime-dir", runtime_dir_,
                 "--nats-url", url_, "--namespace", subject_.ns, "--component", subject_.component,
                 "--worker-id", std::to_string(worker_id_)},
-               test_environment(), -1, fd.get(), fd.get());
+               child_environment(), -1, fd.get(), fd.get());
 }
 
 void ForwarderProcess::kill(int sig) {
@@ -168,7 +147,7 @@ RouterProcess::RouterProcess(std::string nats_url, Subject subject, uint32_t pag
   proc_.spawn({KVPOOL_ROUTER_DEMO_PATH, "--nats-url", nats_url, "--namespace", subject.ns,
                "--component", subject.component, "--page-size", std::to_string(page_size), "--salt",
                std::to_string(salt), "--log-level", "info"},
-              test_environment(), in[0], out[1], err.get());
+              child_environment(), in[0], out[1], err.get());
   ::close(in[0]);
   ::close(out[1]);
   in_ = in[1];

@@ -25,7 +25,8 @@ using mptest::DaemonProcess;
 using mptest::HarnessError;
 using mptest::wait_until;
 
-std::string read_file(const std::string& path);
+using testsupport::child_environment;
+using testsupport::read_file;
 // A loopback TCP port that was free when it was picked.
 int free_loopback_port();
 bool accepts_tcp(int port);
@@ -34,9 +35,6 @@ shm::UniqueFd open_log(const std::string& path);
 
 // The nats-server binary ("" when it is not installed).
 std::string nats_server_binary();
-
-// The test process's environment minus systemd's variables.
-std::vector<std::string> test_environment();
 
 // nats-server -a 127.0.0.1 -p PORT, on a port that was free when it was picked.
 class NatsServer {

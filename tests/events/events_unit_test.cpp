@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "daemon/events/message_builder.hpp"
-#include "daemon/events/router_event.hpp"
-#include "daemon/events/router_index.hpp"
+#include "examples/router_demo/router_index.hpp"
 #include "ring_records.hpp"
+#include "tools/kvpool-events/message_builder.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 namespace kvpool::events {
 namespace {

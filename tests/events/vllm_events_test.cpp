@@ -79,7 +79,7 @@ class VllmEvents : public ::testing::Test {
     sub_ = std::make_unique<ChildProcess>();
     sub_->spawn({kPython, VLLM_SUBSCRIBER_PATH, "subscribe", "--endpoint", pub_, "--replay",
                  replay_, "--out", dir_ + "/batches.jsonl"},
-                test_environment(), -1, -1, err.get());
+                child_environment(), -1, -1, err.get());
     auto ferr = open_log(dir_ + "/events.stderr");
     fwd_ = std::make_unique<ChildProcess>();
     std::vector<std::string> argv{KVPOOL_EVENTS_PATH,
@@ -96,7 +96,7 @@ class VllmEvents : public ::testing::Test {
                                   "--log-level",
                                   "info"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    fwd_->spawn(argv, test_environment(), -1, -1, ferr.get());
+    fwd_->spawn(argv, child_environment(), -1, -1, ferr.get());
   }
 
   // Every batch the subscriber decoded so far, in sequence order. A subscriber that exited
@@ -228,7 +228,7 @@ TEST_F(VllmEvents, StoredRemovedAndReplayDecodeAsVllmsStructs) {
   auto err = open_log(dir_ + "/replay.stderr");
   rp.spawn(
       {kPython, VLLM_SUBSCRIBER_PATH, "replay", "--replay", replay_, "--start", "1", "--out", out},
-      test_environment(), -1, -1, err.get());
+      child_environment(), -1, -1, err.get());
   auto st = rp.wait_exit(20s);
   ASSERT_TRUE(st.has_value()) << "replay did not finish";
   ASSERT_TRUE(st->exited() && st->code() == 0)

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/events/vllm_builder.hpp"
-#include "daemon/events/vllm_event.hpp"
 #include "ring_records.hpp"
+#include "tools/kvpool-events/vllm_builder.hpp"
+#include "tools/kvpool-events/vllm_event.hpp"
 
 namespace kvpool::events {
 namespace {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "connection.hpp"  // libkvpool's transport, for raw protocol calls
 #include "harness.hpp"
 #include "kvpool/client.hpp"
 
@@ -41,8 +42,17 @@ inline Pool pool_of(Client& c, const std::string& name = "g") {
   return p.value();
 }
 
+// Options for a libkvpool connection to this daemon.
+inline detail::ConnectionOptions connection_options(const DaemonProcess& d) {
+  detail::ConnectionOptions o;
+  o.runtime_dir = d.runtime_dir();
+  o.connect_timeout = 10s;
+  o.poll_us = 20;
+  return o;
+}
+
 inline std::unique_ptr<detail::Connection> open_connection(const DaemonProcess& d) {
-  auto c = detail::Connection::open(d.instance(), d.connection_options());
+  auto c = detail::Connection::open(d.instance(), connection_options(d));
   if (!c) throw HarnessError("cannot open a connection: " + c.status().to_string());
   return std::move(c.value());
 }

@@ -798,7 +798,7 @@ TEST(Version, ClientOfAnotherLayoutMajorIsRefused) {
   d.start();
   auto v = d.view();
   const uint64_t refused0 = stat_of(v.stats().refused_attaches);
-  auto o = d.connection_options();
+  auto o = connection_options(d);
   o.layout_major = static_cast<uint16_t>(shm::kLayoutMajor + 1);
   auto c = detail::Connection::open(d.instance(), o);
   ASSERT_FALSE(c) << "a client of layout " << o.layout_major << " was accepted";

@@ -62,7 +62,7 @@ exec unshare --mount --propagation private sh -c '
   "$b/daemon/kvpoold" --instance "$inst" --runtime-dir "$tmp" >"$tmp/kvpoold.log" 2>&1 &
   pid=$!
   tries=0
-  until "$b/daemon/ctl/kvpoolctl" status --instance "$inst" --runtime-dir "$tmp" >"$tmp/status" 2>&1; do
+  until "$b/tools/kvpoolctl/kvpoolctl" status --instance "$inst" --runtime-dir "$tmp" >"$tmp/status" 2>&1; do
     kill -0 "$pid" 2>/dev/null || { cat "$tmp/kvpoold.log" >&2; fail "kvpoold exited without CUDA"; }
     tries=$((tries + 1)); [ $tries -lt 1000 ] || fail "kvpoold not answering after 20 s"
     sleep 0.02
@@ -70,7 +70,7 @@ exec unshare --mount --propagation private sh -c '
   echo "ok: kvpoold serves its host pool with the CUDA runtime hidden"
   "$b/tests/kvpool_demo_worker" --instance "$inst" --runtime-dir "$tmp" --seconds 1 --seed 1 \
     >"$tmp/worker.out" 2>&1 || { cat "$tmp/worker.out" >&2; fail "worker failed without CUDA"; }
-  "$b/daemon/ctl/kvpoolctl" check --instance "$inst" --runtime-dir "$tmp" >/dev/null ||
+  "$b/tools/kvpoolctl/kvpoolctl" check --instance "$inst" --runtime-dir "$tmp" >/dev/null ||
     fail "kvpoolctl check failed without CUDA"
   echo "ok: a worker ran and kvpoolctl check passed: $(cat "$tmp/worker.out")"
   kill -TERM "$pid"; wait "$pid" || fail "kvpoold exited $? on SIGTERM"

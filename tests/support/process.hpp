@@ -1,20 +1,18 @@
 // Test support for the operations tests (tests/systemd, tests/cli): temporary directories,
-// child processes (fork + exec, waited on through a pidfd), commands whose output is
-// captured, and a systemd-style notify socket. Header-only.
+// a running daemon's memfds, a systemd-style notify socket, and kvpoold started with
+// NOTIFY_SOCKET pointing at one the test reads itself, in order (start_daemon). Processes,
+// commands and waits are child_process.hpp's and wait.hpp's, as for every suite.
 //
-// Nothing here synchronises by sleeping: every wait is poll() on a descriptor (a pipe, a
-// datagram socket, a pidfd) with a deadline, and a missed deadline throws TestError saying
-// what was awaited.
+// Nothing here synchronises by sleeping: every wait is poll() on a descriptor (a datagram
+// socket, a pidfd) with a deadline, and a missed deadline throws TestError saying what was
+// awaited.
 #pragma once
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,36 +20,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "support/child_process.hpp"
+#include "support/wait.hpp"
+
 namespace kvpool::testsupport {
-
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
-
-class TestError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Milliseconds left until `deadline` (0 when past), for poll().
-inline int ms_left(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return left.count() < 0 ? 0 : static_cast<int>(left.count());
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
 class TempDir {
@@ -99,145 +76,6 @@ inline int open_memfd_of(pid_t pid, const std::string& name, int flags) {
 inline std::string unique_instance(const std::string& prefix) {
   static int counter = 0;
   return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
-
-// A child started with fork + exec. stdout and stderr go to `log_path` (appended). The
-// destructor SIGKILLs and reaps it if it still runs; PR_SET_PDEATHSIG kills it if the test
-// process dies first.
-class Child {
- public:
-  Child() = default;
-  Child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
-        const std::string& log_path) {
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log < 0) throw TestError("cannot open " + log_path);
-    pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw TestError("fork failed");
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      ::dup2(log, 1);
-      ::dup2(log, 2);
-      // What the test's own environment may carry must not leak into the daemon under test.
-      ::unsetenv("NOTIFY_SOCKET");
-      ::unsetenv("WATCHDOG_USEC");
-      ::unsetenv("WATCHDOG_PID");
-      for (const auto& kv : extra_env) {
-        auto eq = kv.find('=');
-        std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-        if (v == "$PID") v = std::to_string(::getpid());  // e.g. WATCHDOG_PID
-        ::setenv(k.c_str(), v.c_str(), 1);
-      }
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::dprintf(2, "exec %s: %s\n", args[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(log);
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    if (pidfd_ < 0) throw TestError("pidfd_open failed");
-  }
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      int st;
-      ::waitpid(pid_, &st, 0);
-    }
-    if (pidfd_ >= 0) ::close(pidfd_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  pid_t pid() const { return pid_; }
-  void signal(int sig) const { ::kill(pid_, sig); }
-
-  // Waits (poll on the pidfd) for the child to exit; its wait status, or nullopt at the
-  // deadline.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    if (reaped_) return status_;
-    pollfd p{pidfd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
-    ::waitpid(pid_, &status_, 0);
-    reaped_ = true;
-    return status_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int pidfd_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-};
-
-struct RunResult {
-  int exit_code = -1;  // -1: killed by a signal or timed out
-  std::string out;
-  std::string err;
-  std::string describe() const {
-    return "exit " + std::to_string(exit_code) + "\n--- stdout:\n" + out + "--- stderr:\n" + err;
-  }
-};
-
-// Runs a command to completion, capturing stdout and stderr; kills it at the deadline.
-inline RunResult run(const std::vector<std::string>& argv,
-                     std::chrono::milliseconds timeout = 30s) {
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw TestError("pipe failed");
-  pid_t pid = ::fork();
-  if (pid < 0) throw TestError("fork failed");
-  if (pid == 0) {
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::dprintf(2, "exec %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  RunResult r;
-  auto deadline = Clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  int open_fds = 2;
-  bool timed_out = false;
-  while (open_fds > 0) {
-    int n = ::poll(fds, 2, ms_left(deadline));
-    if (n == 0) {
-      timed_out = true;
-      break;
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      char buf[4096];
-      ssize_t got = ::read(fds[i].fd, buf, sizeof(buf));
-      if (got > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(got));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (auto& f : fds)
-    if (f.fd >= 0) ::close(f.fd);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  r.exit_code = !timed_out && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (timed_out) r.err += "\n(timed out after " + std::to_string(timeout.count()) + " ms)\n";
-  return r;
 }
 
 // The receiving end of systemd's notify protocol: a datagram socket at a path. Give its
@@ -305,7 +143,7 @@ struct Daemon {
   std::string runtime_dir;
   std::string log_path;
   std::unique_ptr<NotifySocket> notify;
-  std::unique_ptr<Child> child;
+  std::unique_ptr<ChildProcess> child;
   std::vector<std::string> messages;
 
   std::string log() const { return read_file(log_path); }
@@ -325,8 +163,8 @@ struct Daemon {
   }
 
   // SIGTERM, then waits for the exit; returns the wait status.
-  int stop(std::chrono::milliseconds timeout = 10s) {
-    child->signal(SIGTERM);
+  ExitStatus stop(std::chrono::milliseconds timeout = 10s) {
+    child->kill(SIGTERM);
     auto st = child->wait_exit(timeout);
     if (!st) throw TestError("kvpoold did not exit within 10 s of SIGTERM; log:\n" + log());
     return *st;
@@ -351,7 +189,8 @@ inline std::unique_ptr<Daemon> start_daemon(const std::string& kvpoold, const st
     argv.push_back(config_path);
   }
   extra_env.push_back("NOTIFY_SOCKET=" + d->notify->path());
-  d->child = std::make_unique<Child>(argv, extra_env, d->log_path);
+  d->child = std::make_unique<ChildProcess>();
+  d->child->spawn_logged(argv, extra_env, d->log_path);
   d->await("READY=1", ready_timeout);
   return d;
 }

@@ -10,8 +10,6 @@
 //  - SIGTERM brings STOPPING=1 and a clean exit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 
 #include <atomic>
 #include <fstream>
@@ -19,7 +17,8 @@
 
 #include "kvpool/client.hpp"
 #include "kvpool/core/paths.hpp"
-#include "kvpool/shm/segment_layout.hpp"
+#include "kvpool/shm/control_segment.hpp"
+#include "kvpool/shm/segment.hpp"
 #include "support/process.hpp"
 
 namespace kvpool {
@@ -28,37 +27,16 @@ namespace {
 using namespace testsupport;
 
 // What a reader of the control segment sees right now: "" when it is valid and ready,
-// else what is wrong.
+// else what is wrong. The daemon's own memfd (not a new observer's over its socket), checked
+// by the one reader every client uses (shm::ControlReader: magic, layout, ready, sizes).
 std::string control_segment_problem(pid_t daemon, const std::string& instance) {
   std::string name = control_segment_name(instance);
   int fd = open_memfd_of(daemon, name, O_RDONLY);
   if (fd < 0) return "no memfd " + name + " in /proc/" + std::to_string(daemon) + "/fd";
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<size_t>(st.st_size) < sizeof(shm::ControlHeader)) {
-    ::close(fd);
-    return "control segment of " + std::to_string(st.st_size) + " bytes";
-  }
-  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) return "mmap failed";
-  const auto* h = static_cast<const shm::ControlHeader*>(p);
-  std::string problem;
-  if (h->magic != shm::kControlMagic) {
-    problem = "bad magic";
-  } else if (h->state.load(std::memory_order_acquire) !=
-             static_cast<uint32_t>(shm::DaemonState::kReady)) {
-    problem = "state " + std::to_string(h->state.load()) + ", not ready";
-  } else if (h->layout_major != shm::kLayoutMajor ||
-             h->header_bytes != sizeof(shm::ControlHeader)) {
-    problem = "layout " + std::to_string(h->layout_major) + " / header " +
-              std::to_string(h->header_bytes);
-  } else if (h->num_pools == 0 || h->total_bytes != static_cast<uint64_t>(st.st_size)) {
-    problem = "pools " + std::to_string(h->num_pools) + ", total_bytes " +
-              std::to_string(h->total_bytes) + " of " + std::to_string(st.st_size);
-  }
-  ::munmap(p, static_cast<size_t>(st.st_size));
-  return problem;
+  auto segment = shm::Segment::map_fd(shm::UniqueFd(fd), /*writable=*/false);
+  if (!segment) return "cannot map it: " + segment.status().to_string();
+  auto reader = shm::ControlReader::open(std::move(segment.value()));
+  return reader ? "" : reader.status().to_string();
 }
 
 // The times of the next `count` WATCHDOG=1 pings (other notifications are kept too).
@@ -103,10 +81,10 @@ TEST(SystemdNotify, LargePoolsReportPrefaultProgressBeforeReady) {
   std::ofstream(config) << R"({"pools": [{"name": "big", "num_blocks": 512, "layout":
       {"num_layers": 32, "outer_dim": 2, "page_size": 16, "inner_dim": 1024,
        "dtype_bytes": 2, "alignment": 256}}]})";
-  d.child = std::make_unique<Child>(
-      std::vector<std::string>{KVPOOLD_PATH, "--config", config, "--instance", d.instance,
-                               "--runtime-dir", dir.path()},
-      std::vector<std::string>{"NOTIFY_SOCKET=" + d.notify->path()}, d.log_path);
+  d.child = std::make_unique<ChildProcess>();
+  d.child->spawn_logged(
+      {KVPOOLD_PATH, "--config", config, "--instance", d.instance, "--runtime-dir", dir.path()},
+      {"NOTIFY_SOCKET=" + d.notify->path()}, d.log_path);
   std::vector<std::string> before_ready;
   auto deadline = Clock::now() + 120s;
   while (true) {
@@ -131,10 +109,10 @@ TEST(SystemdNotify, LargePoolsReportPrefaultProgressBeforeReady) {
   EXPECT_NE(d.log().find("pool 'big': 1.0 GiB of host memory ready in "), std::string::npos)
       << d.log();
   // A clean stop removes the 1 GiB object (a SIGKILL would leave it in /dev/shm).
-  d.child->signal(SIGTERM);
+  d.child->kill(SIGTERM);
   auto st = d.child->wait_exit(30s);
   ASSERT_TRUE(st) << "kvpoold did not stop on SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << d.log();
+  EXPECT_TRUE(st->exited() && st->code() == 0) << d.log();
 }
 
 TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
@@ -146,10 +124,10 @@ TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
   d.notify = std::make_unique<NotifySocket>(dir.path() + "/notify");
   // WatchdogSec=4s as systemd passes it: to this very process. (kvpoold pings every 1 s;
   // the 2 s bound leaves a second of slack for a loaded test machine.)
-  d.child = std::make_unique<Child>(
-      std::vector<std::string>{KVPOOLD_PATH, "--instance", d.instance, "--runtime-dir", dir.path()},
-      std::vector<std::string>{"NOTIFY_SOCKET=" + d.notify->path(), "WATCHDOG_USEC=4000000",
-                               "WATCHDOG_PID=$PID"},
+  d.child = std::make_unique<ChildProcess>();
+  d.child->spawn_logged(
+      {KVPOOLD_PATH, "--instance", d.instance, "--runtime-dir", dir.path()},
+      {"NOTIFY_SOCKET=" + d.notify->path(), "WATCHDOG_USEC=4000000", "WATCHDOG_PID=$PID"},
       d.log_path);
 
   // Everything before READY=1, then READY=1 itself: at that moment the daemon must serve.
@@ -217,11 +195,11 @@ TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
   EXPECT_NE(status.find("free"), std::string::npos) << status;
 
   // SIGTERM: STOPPING=1, then exit 0 (the client sees DaemonGone, it does not block it).
-  d.child->signal(SIGTERM);
+  d.child->kill(SIGTERM);
   d.await("STOPPING=1", 10s);
   auto st = d.child->wait_exit(10s);
   ASSERT_TRUE(st) << "kvpoold did not exit after STOPPING=1; log:\n" << d.log();
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << "wait status " << *st << "\n" << d.log();
+  EXPECT_TRUE(st->exited() && st->code() == 0) << st->describe() << "\n" << d.log();
 }
 
 TEST(SystemdNotify, WatchdogPingsWithoutWatchdogUsec) {
@@ -231,8 +209,8 @@ TEST(SystemdNotify, WatchdogPingsWithoutWatchdogUsec) {
   auto pings = collect_pings(*d, 3, 8s);
   // Once a second when systemd set no interval (a little slack for a loaded machine).
   EXPECT_LE(max_gap_ms(start, pings), 2000.0);
-  int st = d->stop();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << d->log();
+  ExitStatus st = d->stop();
+  EXPECT_TRUE(st.exited() && st.code() == 0) << d->log();
   bool stopping = false;
   for (auto& m : d->messages) stopping |= m == "STOPPING=1";
   // STOPPING=1 may still be queued on the socket after the exit.
@@ -248,11 +226,12 @@ TEST(SystemdNotify, FailedStartNeverSendsReady) {
   // READY=1.
   NotifySocket notify(dir.path() + "/notify.second");
   const std::string log = dir.path() + "/second.log";
-  Child second({KVPOOLD_PATH, "--instance", instance, "--runtime-dir", dir.path()},
-               {"NOTIFY_SOCKET=" + notify.path()}, log);
+  ChildProcess second;
+  second.spawn_logged({KVPOOLD_PATH, "--instance", instance, "--runtime-dir", dir.path()},
+                      {"NOTIFY_SOCKET=" + notify.path()}, log);
   auto st = second.wait_exit(20s);
   ASSERT_TRUE(st) << "the second kvpoold did not give up; log:\n" << read_file(log);
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) != 0) << read_file(log);
+  EXPECT_TRUE(st->exited() && st->code() != 0) << read_file(log);
   std::vector<std::string> got;
   while (auto m = notify.receive(Clock::now() + 200ms)) got.push_back(*m);
   bool failed_status = false;
@@ -265,8 +244,8 @@ TEST(SystemdNotify, FailedStartNeverSendsReady) {
   // The first one is untouched by the attempt.
   EXPECT_TRUE(socket_connectable(first->socket_path()));
   EXPECT_EQ(control_segment_problem(first->child->pid(), instance), "");
-  int fst = first->stop();
-  EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << first->log();
+  ExitStatus fst = first->stop();
+  EXPECT_TRUE(fst.exited() && fst.code() == 0) << first->log();
 }
 
 }  // namespace

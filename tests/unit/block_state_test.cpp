@@ -26,13 +26,11 @@ BlockState make_in(BlockStateKind kind) {
   }
   EXPECT_EQ(s.add_tokens(kFirst).value(), 4u);
   EXPECT_TRUE(s.commit().is_ok());
-  if (kind == BlockStateKind::kComplete) return s;
-  EXPECT_TRUE(s.mark_registered().is_ok());
   return s;
 }
 
 const BlockStateKind kAllKinds[] = {BlockStateKind::kReset, BlockStateKind::kPartial,
-                                    BlockStateKind::kComplete, BlockStateKind::kRegistered};
+                                    BlockStateKind::kComplete};
 
 struct Op {
   std::string name;
@@ -49,13 +47,8 @@ std::vector<Op> all_ops() {
       {"add_tokens", [one](BlockState& s) { return s.add_tokens(one).status(); }, {K::kPartial}},
       {"pop_token", [](BlockState& s) { return s.pop_token(); }, {K::kPartial}},
       {"pop_tokens", [](BlockState& s) { return s.pop_tokens(1); }, {K::kPartial}},
-      {"mark_registered", [](BlockState& s) { return s.mark_registered(); }, {K::kComplete}},
-      {"sequence_hash",
-       [](BlockState& s) { return s.sequence_hash().status(); },
-       {K::kComplete, K::kRegistered}},
-      {"block_hash",
-       [](BlockState& s) { return s.block_hash().status(); },
-       {K::kComplete, K::kRegistered}},
+      {"sequence_hash", [](BlockState& s) { return s.sequence_hash().status(); }, {K::kComplete}},
+      {"block_hash", [](BlockState& s) { return s.block_hash().status(); }, {K::kComplete}},
   };
 }
 
@@ -117,9 +110,6 @@ TEST(BlockState, FullLifecycle) {
   ASSERT_TRUE(s.sequence_hash().is_ok());
   EXPECT_EQ(s.sequence_hash().value(), 14643705804678351452ull);
   EXPECT_EQ(s.block_hash().value(), 14643705804678351452ull);
-  ASSERT_TRUE(s.mark_registered().is_ok());
-  EXPECT_TRUE(s.is_registered());
-  EXPECT_EQ(s.sequence_hash().value(), 14643705804678351452ull);
 }
 
 TEST(BlockState, AddTokenOnFullBlockIsBlockFull) {

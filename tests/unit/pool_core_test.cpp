@@ -136,8 +136,6 @@ TEST(PoolCore, DynamoBlockingTestWithTokenState) {
   RegisterItem item{b[0], *st.sequence_hash(), *st.block_hash(), 0, 0, 0};
   std::vector<BlockRef> out(1);
   ASSERT_TRUE(p->register_blocks(0, {&item, 1}, out.data()).is_ok());
-  ASSERT_TRUE(st.mark_registered().is_ok());
-  EXPECT_TRUE(st.is_registered());
   EXPECT_EQ(p->block(out[0].id).sequence_hash, kExpected);
   ASSERT_TRUE(p->release_immutable(0, out).is_ok());  // drop: inactive, still matchable
   auto m = p.match({kExpected});

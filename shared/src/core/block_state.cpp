@@ -129,12 +129,6 @@ Status BlockState::commit() {
   return Status::ok();
 }
 
-Status BlockState::mark_registered() {
-  KVPOOL_RETURN_IF_ERROR(require(BlockStateKind::kComplete, "mark_registered"));
-  kind_ = BlockStateKind::kRegistered;
-  return Status::ok();
-}
-
 void BlockState::reset() {
   kind_ = BlockStateKind::kReset;
   salt_ = 0;

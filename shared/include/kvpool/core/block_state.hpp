@@ -1,7 +1,8 @@
 // The token state of one mutable block, held client-side while a worker fills it.
 //
-//   Reset --init_sequence--> Partial --commit (exactly page_size tokens)--> Complete
-//   Complete --mark_registered--> Registered;   reset() from any state back to Reset.
+//   Reset --init_sequence--> Partial --commit (exactly page_size tokens)--> Complete;
+//   reset() from any state back to Reset. Registering consumes the MutableBlock, so no
+//   BlockState reaches Registered: the value stays for the C ABI (KVPOOL_BLOCK_REGISTERED).
 //
 // Tokens can be added and popped only while Partial; hashes exist only once Complete, because
 // a block's identity (its sequence hash) is meaningless until its tokens are final.
@@ -47,8 +48,6 @@ class BlockState {
   // Partial -> Complete once exactly page_size tokens are held (else IncompleteBlock);
   // computes the block hash and the sequence hash.
   Status commit();
-  // Complete -> Registered.
-  Status mark_registered();
   // Any state -> Reset; forgets tokens, salt, parent and hashes.
   void reset();
 
@@ -56,7 +55,6 @@ class BlockState {
   bool is_reset() const { return kind_ == BlockStateKind::kReset; }
   bool is_partial() const { return kind_ == BlockStateKind::kPartial; }
   bool is_complete() const { return kind_ == BlockStateKind::kComplete; }
-  bool is_registered() const { return kind_ == BlockStateKind::kRegistered; }
 
   std::span<const Token> tokens() const { return tokens_; }
   uint32_t page_size() const { return page_size_; }

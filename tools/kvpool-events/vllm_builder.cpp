@@ -1,4 +1,4 @@
-#include "daemon/events/vllm_builder.hpp"
+#include "tools/kvpool-events/vllm_builder.hpp"
 
 #include <algorithm>
 #include <chrono>

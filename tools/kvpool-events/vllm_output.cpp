@@ -1,4 +1,4 @@
-#include "daemon/events/vllm_output.hpp"
+#include "tools/kvpool-events/vllm_output.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "daemon/events/forwarder_metrics.hpp"
+#include "tools/kvpool-events/forwarder_metrics.hpp"
 
 #include "metrics.hpp"
 

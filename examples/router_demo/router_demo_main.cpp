@@ -34,11 +34,11 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/events/nats_link.hpp"
-#include "daemon/events/router_event.hpp"
-#include "daemon/events/router_index.hpp"
+#include "examples/router_demo/router_index.hpp"
 #include "kvpool/core/token_block.hpp"
 #include "kvpool/core/version.hpp"
+#include "tools/kvpool-events/nats_link.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 namespace {
 

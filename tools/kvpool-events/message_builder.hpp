@@ -26,9 +26,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/events/pool_meta.hpp"
-#include "daemon/events/router_event.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "tools/kvpool-events/pool_meta.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 namespace kvpool::events {
 
@@ -90,7 +90,6 @@ class MessageBuilder {
   const BuilderStats& stats() const { return stats_; }
   // Hashes the router is told this worker holds.
   size_t known_blocks() const { return pools_of_.size(); }
-  uint64_t next_event_id() const { return next_event_id_; }
 
  private:
   void send_stored();

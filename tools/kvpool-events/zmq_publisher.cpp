@@ -1,4 +1,4 @@
-#include "daemon/events/zmq_publisher.hpp"
+#include "tools/kvpool-events/zmq_publisher.hpp"
 
 #include <spdlog/spdlog.h>
 #include <zmq.h>

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "daemon/events/event_output.hpp"
-#include "daemon/events/vllm_builder.hpp"
-#include "daemon/events/zmq_publisher.hpp"
+#include "tools/kvpool-events/event_output.hpp"
+#include "tools/kvpool-events/vllm_builder.hpp"
+#include "tools/kvpool-events/zmq_publisher.hpp"
 
 namespace kvpool::events {
 

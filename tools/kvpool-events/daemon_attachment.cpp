@@ -1,4 +1,4 @@
-#include "daemon/events/daemon_attachment.hpp"
+#include "tools/kvpool-events/daemon_attachment.hpp"
 
 #include <signal.h>
 

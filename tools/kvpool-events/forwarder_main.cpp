@@ -15,12 +15,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "daemon/events/forwarder.hpp"
-#include "daemon/events/nats_output.hpp"
-#include "daemon/events/vllm_output.hpp"
+#include "tools/kvpool-events/forwarder.hpp"
+#include "tools/kvpool-events/nats_output.hpp"
+#include "tools/kvpool-events/vllm_output.hpp"
 #ifdef KVPOOL_EVENTS_METRICS
-#include "daemon/events/forwarder_metrics.hpp"
 #include "http_server.hpp"
+#include "tools/kvpool-events/forwarder_metrics.hpp"
 #endif
 #include "kvpool/core/version.hpp"
 #include "service_log.hpp"

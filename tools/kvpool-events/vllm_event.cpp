@@ -1,4 +1,4 @@
-#include "daemon/events/vllm_event.hpp"
+#include "tools/kvpool-events/vllm_event.hpp"
 
 // msgpack-c's packer needs no Boost for packing.
 #define MSGPACK_NO_BOOST

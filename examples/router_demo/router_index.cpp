@@ -1,4 +1,4 @@
-#include "daemon/events/router_index.hpp"
+#include "examples/router_demo/router_index.hpp"
 
 namespace kvpool::events {
 

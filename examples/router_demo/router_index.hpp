@@ -9,7 +9,7 @@
 #include <span>
 #include <unordered_set>
 
-#include "daemon/events/router_event.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 namespace kvpool::events {
 

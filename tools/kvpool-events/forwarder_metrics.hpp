@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "daemon/events/forwarder.hpp"
+#include "tools/kvpool-events/forwarder.hpp"
 
 namespace kvpool::events {
 

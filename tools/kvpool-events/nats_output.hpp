@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "daemon/events/event_output.hpp"
-#include "daemon/events/message_builder.hpp"
-#include "daemon/events/nats_link.hpp"
+#include "tools/kvpool-events/event_output.hpp"
+#include "tools/kvpool-events/message_builder.hpp"
+#include "tools/kvpool-events/nats_link.hpp"
 
 namespace kvpool::events {
 

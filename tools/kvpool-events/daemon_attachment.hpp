@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "daemon/events/message_builder.hpp"
-#include "daemon/events/pool_meta.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/event_ring.hpp"
 #include "kvpool/shm/segment_layout.hpp"
+#include "tools/kvpool-events/message_builder.hpp"
+#include "tools/kvpool-events/pool_meta.hpp"
 
 namespace kvpool::events {
 

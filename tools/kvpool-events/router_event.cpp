@@ -1,4 +1,4 @@
-#include "daemon/events/router_event.hpp"
+#include "tools/kvpool-events/router_event.hpp"
 
 #include <charconv>
 #include <nlohmann/json.hpp>

@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "daemon/events/daemon_attachment.hpp"
-#include "daemon/events/event_output.hpp"
+#include "tools/kvpool-events/daemon_attachment.hpp"
+#include "tools/kvpool-events/event_output.hpp"
 
 namespace kvpool::events {
 

@@ -1,4 +1,4 @@
-#include "daemon/events/nats_link.hpp"
+#include "tools/kvpool-events/nats_link.hpp"
 
 #include <nats/nats.h>
 

@@ -1,4 +1,4 @@
-#include "daemon/events/message_builder.hpp"
+#include "tools/kvpool-events/message_builder.hpp"
 
 #include <algorithm>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-#include "daemon/events/forwarder.hpp"
+#include "tools/kvpool-events/forwarder.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -20,10 +20,10 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/events/message_builder.hpp"
-#include "daemon/events/pool_meta.hpp"
-#include "daemon/events/vllm_event.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "tools/kvpool-events/message_builder.hpp"
+#include "tools/kvpool-events/pool_meta.hpp"
+#include "tools/kvpool-events/vllm_event.hpp"
 
 namespace kvpool::events {
 
