@@ -128,7 +128,8 @@ Status Engine::init() {
   const uint32_t np = static_cast<uint32_t>(config_.pools.size());
   std::vector<pool::PoolCoreConfig> core_configs;
   for (const PoolConfig& pc : config_.pools)
-    core_configs.push_back({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+    // One owner per client slot, and the keeper of the previous daemon's clients' blocks.
+    core_configs.push_back({pc.layout.num_blocks, config_.max_clients + 1, pc.max_holds});
   auto placed = shm::control_layout(config_.max_clients, core_configs, config_.event_ring_slots);
   if (!placed) return placed.status();
   auto ctl = shm::ControlWriter::create(config_.instance, config_.max_clients,
@@ -173,6 +174,7 @@ Status Engine::init() {
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
+  previous_clients_ = adoption.take_live_clients();
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
   for (auto& p : pools_) {
     p.core.set_generation_tag(static_cast<uint8_t>(ctl_->restart.generation_tag));
@@ -324,6 +326,7 @@ bool Engine::any_request_pending() {
 void Engine::periodic() {
   uint64_t t = now_ns(CLOCK_MONOTONIC);
   ctl_->heartbeat_ns.store(t, std::memory_order_relaxed);
+  release_previous_clients();
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)
     if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");
