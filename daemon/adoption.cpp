@@ -1,11 +1,13 @@
 #include "daemon/adoption.hpp"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cstring>
 
 #include "kvpool/core/layout.hpp"
+#include "kvpool/shm/unix_socket.hpp"
 
 namespace kvpool::daemon {
 namespace {
@@ -103,6 +105,26 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   }
   a.previous_epoch_ = c.epoch;
   a.header_ = &h;
+  // Its clients that still run (a pidfd that is not readable: the process has not exited).
+  // A pid reused by an unrelated process only keeps some blocks out of circulation longer.
+  if (within(h.slots_offset, uint64_t{h.max_clients} * sizeof(shm::SlotInfo), c.segment.size()) &&
+      h.slots_offset % alignof(shm::SlotInfo) == 0) {
+    const auto* slots =
+        reinterpret_cast<const shm::SlotInfo*>(c.segment.as<const char>() + h.slots_offset);
+    a.live_owners_.assign(h.max_clients, 0);
+    for (uint32_t i = 0; i < h.max_clients; ++i) {
+      const int32_t pid = slots[i].pid.load(std::memory_order_relaxed);
+      if (slots[i].state.load(std::memory_order_relaxed) ==
+              static_cast<uint32_t>(shm::SlotState::kFree) ||
+          pid <= 0)
+        continue;
+      auto fd = shm::pidfd_open(pid);
+      pollfd p{fd ? fd->get() : -1, POLLIN, 0};
+      if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
+      a.live_owners_[i] = 1;
+      a.live_pidfds_.push_back(std::move(fd.value()));
+    }
+  }
   a.previous_ = std::move(c.segment);
   spdlog::info("found the control segment of kvpoold epoch {:016x} (pid {}) and {} pool segment(s)",
                a.previous_epoch_, h.daemon_pid, a.data_.size());
@@ -178,10 +200,11 @@ void Adoption::release_unused() {
   data_.clear();  // closes them
 }
 
-Result<pool::AdoptCounts> Adoption::adopt_registry(const Pool& p, pool::PoolCore& core) {
+Result<pool::AdoptCounts> Adoption::adopt_registry(const Pool& p, pool::PoolCore& core,
+                                                   uint32_t keeper) {
   auto prev = pool::PoolCore::attach(const_cast<void*>(p.arena), p.arena_bytes, 0, p.name);
   if (!prev) return prev.status();
-  auto counts = core.adopt_registry(*prev);
+  auto counts = core.adopt_registry(*prev, live_owners_, keeper);
   if (!counts) return counts.status();
   for (uint32_t id = 0; id < core.num_blocks(); ++id)
     tags_.set(pool::generation_tag_of(core.block(id).generation));

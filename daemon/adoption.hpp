@@ -55,8 +55,13 @@ class Adoption {
   void release_unused();
 
   // Rebuilds the registry of `core` (freshly created) from `p`'s arena and notes the tags
-  // of its generations (taken_tags). On error the caller starts the pool empty.
-  Result<pool::AdoptCounts> adopt_registry(const Pool& p, pool::PoolCore& core);
+  // of its generations (taken_tags). What clients of the previous daemon that still run
+  // held goes to owner `keeper` (see live_clients). On error the caller starts the pool
+  // empty.
+  Result<pool::AdoptCounts> adopt_registry(const Pool& p, pool::PoolCore& core, uint32_t keeper);
+  // pidfds of the previous daemon's clients that still ran at start: the daemon releases
+  // `keeper` once every one of them has exited (they may read or write what they held).
+  std::vector<shm::UniqueFd> take_live_clients() { return std::move(live_pidfds_); }
   // Generation tags that generations of the adopted arenas carry, and the previous
   // daemon's own: a new daemon picks another (daemon/epoch.hpp).
   const std::bitset<256>& taken_tags() const { return tags_; }
@@ -72,6 +77,8 @@ class Adoption {
   std::string previous_control_name_;
   std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment
   std::bitset<256> tags_;
+  std::vector<uint8_t> live_owners_;  // previous client slot -> its process still runs
+  std::vector<shm::UniqueFd> live_pidfds_;
 };
 
 }  // namespace kvpool::daemon

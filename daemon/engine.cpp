@@ -116,7 +116,8 @@ Status Engine::init() {
   KVPOOL_RETURN_IF_ERROR(claim_instance());
   std::vector<pool::PoolCoreConfig> core_configs;
   for (const PoolConfig& pc : config_.pools)
-    core_configs.push_back({pc.layout.num_blocks, config_.max_clients, pc.max_holds});
+    // One owner per client slot, and the keeper of the previous daemon's clients' blocks.
+    core_configs.push_back({pc.layout.num_blocks, config_.max_clients + 1, pc.max_holds});
   KVPOOL_RETURN_IF_ERROR(create_control_segment(core_configs));
   KVPOOL_RETURN_IF_ERROR(create_pools(core_configs));
   sessions_.resize(config_.max_clients);
@@ -198,6 +199,7 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
+  previous_clients_ = adoption.take_live_clients();
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
   for (auto& p : pools_) {
     p.core.set_generation_tag(static_cast<uint8_t>(ctl_->restart.generation_tag));
@@ -375,6 +377,7 @@ bool Engine::any_request_pending() {
 void Engine::periodic() {
   uint64_t t = now_ns(CLOCK_MONOTONIC);
   ctl_->heartbeat_ns.store(t, std::memory_order_relaxed);
+  release_previous_clients();
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)
     if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");

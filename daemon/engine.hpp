@@ -116,6 +116,11 @@ class Engine {
   // so the stored control segment always describes the stored pool bytes.
   void store_segments();
   void forget_segments();  // a stop without --keep-cache
+  // The pool-core owner that holds what the previous daemon's still running clients held
+  // (every pool core has max_clients + 1 owners; no client slot is this one).
+  uint32_t keeper_owner() const { return config_.max_clients; }
+  // Periodic: once every such client has exited, releases the keeper's blocks.
+  void release_previous_clients();
 
   Config config_;
   std::string runtime_dir_;
@@ -148,7 +153,8 @@ class Engine {
   bool stopping_ = false;
   bool created_ = false;
   bool keep_cache_ = false;
-  std::string previous_control_name_;  // in the store until ours is
+  std::string previous_control_name_;            // in the store until ours is
+  std::vector<shm::UniqueFd> previous_clients_;  // pidfds: see release_previous_clients
 };
 
 }  // namespace kvpool::daemon

@@ -135,6 +135,40 @@ TEST(Adopt, DropsABlockWhoseRegistrationHasNoWitness) {
   EXPECT_TRUE(now.core().check_invariants().is_ok());
 }
 
+// A client of the dead daemon that still runs may still read what it held (and write its
+// mutable blocks): those stay out of circulation, held by the keeper, until it is gone.
+TEST(Adopt, KeepsWhatLiveClientsHeldUntilTheyAreGone) {
+  Arena old(8);
+  auto a = old.register_hashes(0, old.allocate(0, 1), {31});  // owner 0: lives on
+  auto m = old.allocate(0, 1);
+  auto b = old.register_hashes(1, old.allocate(1, 1), {32});  // owner 1: gone
+  auto n = old.allocate(1, 1);
+  auto frozen = old.copy();
+  Arena now(8, 4);
+  const std::vector<uint8_t> live{1, 0, 0};
+  const uint32_t keeper = 3;
+  auto counts = now.core().adopt_registry(frozen->core(), live, keeper);
+  ASSERT_TRUE(counts.is_ok()) << counts.status().to_string();
+  EXPECT_EQ(counts->adopted, 2u);
+  EXPECT_EQ(counts->pinned, 2u);
+  EXPECT_EQ(counts->freed, 1u);
+  const PoolCore& c = now.core();
+  EXPECT_EQ(c.block(a[0].id).state, static_cast<uint8_t>(BlockStateCode::kActive));
+  EXPECT_EQ(c.holds_of(keeper, a[0].id), 1u);
+  EXPECT_EQ(c.block(m[0].id).state, static_cast<uint8_t>(BlockStateCode::kMutable));
+  EXPECT_EQ(c.block(m[0].id).owner, keeper);
+  EXPECT_EQ(c.block(b[0].id).state, static_cast<uint8_t>(BlockStateCode::kInactive));
+  EXPECT_EQ(c.block(n[0].id).state, static_cast<uint8_t>(BlockStateCode::kFree));
+  EXPECT_TRUE(c.check_invariants().is_ok());
+  EXPECT_EQ(now.match(0, {31}).size(), 1u) << "still matchable while held";
+  // Nobody else gets them meanwhile: 5 free + 1 inactive (32) are all there is.
+  std::vector<BlockRef> all(7);
+  EXPECT_EQ(now.core().allocate(1, 7, all.data()).code(), ErrorCode::kNotEnoughBlocks);
+  EXPECT_EQ(now.core().release_owner(keeper), 2u);
+  EXPECT_EQ(c.block(m[0].id).state, static_cast<uint8_t>(BlockStateCode::kFree));
+  EXPECT_TRUE(c.check_invariants().is_ok());
+}
+
 TEST(Adopt, RefusesAnotherShapeOrAPoolInUse) {
   Arena old(8);
   auto frozen = old.copy();

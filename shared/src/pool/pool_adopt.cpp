@@ -19,18 +19,25 @@
 // references again by matching). Their order of eviction is kept: the previously inactive
 // ones first, in the order they were returned, then the previously active ones in the order
 // they were acquired. Every other block is free, mutable blocks included (their owners are
-// gone). Generations are carried over for every block, so a handle the previous daemon
-// issued stays exactly as stale (or as valid) as it was.
+// gone). Except what a client of the previous daemon that still runs held: it can still
+// read (and, for mutable blocks, write) them through its mapping, so handing them to someone
+// else would show it reused memory. Those stay out of circulation under the keeper owner:
+// registered and proven ones active (matchable, one reference), the others mutable; the
+// daemon releases the keeper once those clients have exited. Generations are carried over for every
+// block, so a handle the previous daemon issued stays exactly as stale (or as valid) as it was.
 //
 // Cost: O(blocks) plus a sort of the kept ones; no KV byte is read.
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "kvpool/pool/pool_core.hpp"
 
 namespace kvpool::pool {
 
-Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous) {
+Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
+                                             std::span<const uint8_t> live_owners,
+                                             uint32_t keeper) {
   const ArenaHeader& ph = *previous.header_;
   if (ph.num_blocks != header_->num_blocks)
     return Status(ErrorCode::kInvalidState,
@@ -52,27 +59,58 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous) {
                                             std::to_string(used) + " entries for " +
                                             std::to_string(ph.num_blocks) + " blocks (corrupt)");
 
+  if (!live_owners.empty() && keeper >= header_->max_owners)
+    return Status(ErrorCode::kInvalidState,
+                  "pool '" + name_ + "': no owner to keep the previous clients' blocks");
+
   AdoptCounts out;
   out.interrupted = (ph.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
+  const uint32_t n = header_->num_blocks;
+  // What live previous clients held: their mutable blocks and every block a hold of theirs
+  // names. (In an interrupted arena a hold may be half-written: pinning a block too many is
+  // safe, it only stays out of circulation a while longer.)
+  std::vector<uint8_t> pinned(n, 0);
+  auto live = [&](uint32_t owner) { return owner < live_owners.size() && live_owners[owner]; };
+  if (!live_owners.empty()) {
+    for (uint32_t id = 0; id < n; ++id) {
+      const BlockMeta& m = previous.blocks_[id];
+      if (m.state == static_cast<uint8_t>(BlockStateCode::kMutable) && live(m.owner))
+        pinned[id] = 1;
+    }
+    for (uint32_t h = 0; h < ph.max_holds; ++h) {
+      const HoldEntry& e = previous.holds_[h];
+      if (e.count > 0 && e.block < n && live(e.owner)) pinned[e.block] = 1;
+    }
+  }
   struct Kept {
     uint32_t id;
     bool was_active;
     uint64_t order;  // returned_tick (inactive) or acquired_tick (active)
   };
   std::vector<Kept> kept;
-  const uint32_t n = header_->num_blocks;
-  std::vector<uint8_t> keep(n, 0);
+  std::vector<uint32_t> kept_held, withheld;  // for live clients: registered; the others
+  std::vector<uint8_t> keep(n, 0);            // not free: kept or withheld
+  uint32_t holds_left = holds_free();
   for (uint32_t id = 0; id < n; ++id) {
     const BlockMeta& m = previous.blocks_[id];
     const auto st = static_cast<BlockStateCode>(m.state);
-    if (st == BlockStateCode::kMutable) ++out.freed;
-    if (st == BlockStateCode::kFree || st == BlockStateCode::kMutable) continue;
+    if (st == BlockStateCode::kMutable && !pinned[id]) ++out.freed;
     const bool registered_state = st == BlockStateCode::kActive || st == BlockStateCode::kInactive;
-    if (!registered_state || (m.flags & kFlagPoisoned) != 0 ||
-        previous.table_.find(m.sequence_hash) != id) {
-      ++out.dropped;  // a state byte out of range, a poisoned block, or no witness
+    const bool proven = registered_state && (m.flags & kFlagPoisoned) == 0 &&
+                        previous.table_.find(m.sequence_hash) == id;
+    // A state byte out of range, a poisoned block, or no witness.
+    if (st != BlockStateCode::kFree && st != BlockStateCode::kMutable && !proven) ++out.dropped;
+    if (pinned[id]) {
+      keep[id] = 1;
+      if (proven && holds_left > 0) {
+        --holds_left;
+        kept_held.push_back(id);
+      } else {
+        withheld.push_back(id);
+      }
       continue;
     }
+    if (!proven) continue;
     keep[id] = 1;
     kept.push_back({id, st == BlockStateCode::kActive,
                     st == BlockStateCode::kActive ? m.acquired_tick : m.returned_tick});
@@ -109,7 +147,30 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous) {
     ++header_->registered;
     inactive_push(k.id);
   }
-  out.adopted = static_cast<uint32_t>(kept.size());
+  for (uint32_t id : kept_held) {  // registered, one reference held by the keeper
+    const BlockMeta& m = previous.blocks_[id];
+    BlockMeta& b = blocks_[id];
+    b.sequence_hash = m.sequence_hash;
+    b.block_hash = m.block_hash;
+    b.parent_hash = m.parent_hash;
+    b.priority = m.priority;
+    b.flags = static_cast<uint8_t>(m.flags & kFlagHasParent);
+    b.acquired_tick = m.acquired_tick;
+    b.returned_tick = m.returned_tick;
+    b.state = static_cast<uint8_t>(BlockStateCode::kActive);
+    b.refcount = 1;
+    b.prev = kNone;
+    b.next = kNone;
+    checksums_[id] = previous.checksums_[id];
+    table_.insert(b.sequence_hash, id);
+    ++header_->registered;
+    add_hold(keeper, id);
+    auto& active = header_->stats.active_blocks;
+    active.store(active.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  for (uint32_t id : withheld) owner_mutable_push(keeper, id);  // in nobody's reach
+  out.adopted = static_cast<uint32_t>(kept.size() + kept_held.size());
+  out.pinned = static_cast<uint32_t>(kept_held.size() + withheld.size());
   if (Status s = check_invariants(); !s.is_ok())
     return Status(
         ErrorCode::kInternal,

@@ -56,9 +56,12 @@ struct OwnerQuota {
 
 // What adopt_registry kept of a previous daemon's arena.
 struct AdoptCounts {
-  uint32_t adopted = 0;      // registered blocks kept (inactive now: their holders are gone)
-  uint32_t dropped = 0;      // blocks that claimed a registration it could not prove (now free)
-  uint32_t freed = 0;        // mutable blocks of clients that are gone (now free)
+  uint32_t adopted = 0;  // registered blocks kept (inactive now: their holders are gone)
+  uint32_t dropped = 0;  // blocks that claimed a registration it could not prove (now free)
+  uint32_t freed = 0;    // mutable blocks of clients that are gone (now free)
+  // Blocks a client of the previous daemon that still runs held (it may still read or
+  // write them): kept out of circulation under the keeper owner until it is gone.
+  uint32_t pinned = 0;
   bool interrupted = false;  // the previous writer died inside a call (odd write sequence)
 };
 
@@ -147,9 +150,14 @@ class PoolCore {
   // Takes over the registry of `previous`, the arena of a daemon that is gone, whose pool
   // had this one's shape (same num_blocks), into this freshly created core (every block
   // free). shared/src/pool/pool_adopt.cpp says what is kept and why it is safe.
-  // kInvalidState when this core is not fresh or the shapes differ; kInternal when the
-  // result fails check_invariants (the caller then starts the pool empty).
-  Result<AdoptCounts> adopt_registry(const PoolCore& previous);
+  // `live_owners[k]` != 0: previous owner k (a client slot) still runs; what it held is
+  // held by `keeper` here (an owner no client uses) until the caller releases it
+  // (release_owner(keeper)) once those clients are gone.
+  // kInvalidState when this core is not fresh, the shapes differ, or keeper is out of
+  // range; kInternal when the result fails check_invariants (the pool then starts empty).
+  Result<AdoptCounts> adopt_registry(const PoolCore& previous,
+                                     std::span<const uint8_t> live_owners = {},
+                                     uint32_t keeper = kNone);
 
  private:
   Status check_owner(uint32_t owner) const;
