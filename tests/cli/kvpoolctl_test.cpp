@@ -25,6 +25,7 @@
 #include "kvpool/core/paths.hpp"
 #include "kvpool/pool/arena.hpp"
 #include "kvpool/shm/segment_layout.hpp"
+#include "support/daemon_process.hpp"
 #include "support/process.hpp"
 
 namespace kvpool {
@@ -55,10 +56,8 @@ json pool_config(const std::string& name, const LayoutConfig& l) {
         {"kind", l.kind == LayoutKind::kFullyContiguous ? "fully_contiguous" : "layer_separate"}}}};
 }
 
-std::string write_config(const std::string& dir, const std::vector<json>& pools) {
-  std::string path = dir + "/kvpoold.json";
-  std::ofstream(path) << json{{"max_clients", 8}, {"pools", pools}}.dump(2);
-  return path;
+json daemon_config(const std::vector<json>& pools) {
+  return {{"max_clients", 8}, {"pools", pools}};
 }
 
 RunResult ctl(const std::vector<std::string>& args) {
@@ -144,18 +143,17 @@ ParsedMetrics parse_prometheus(const std::string& text) {
 class KvpoolctlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::make_unique<TempDir>("kvpool-ctl");
-    std::string config = write_config(
-        dir_->path(), {pool_config("g2", g2_layout()), pool_config("g3", g3_layout())});
-    daemon_ = start_daemon(KVPOOLD_PATH, dir_->path(), unique_instance("ctl"), config);
+    daemon_ = std::make_unique<DaemonProcess>(
+        daemon_config({pool_config("g2", g2_layout()), pool_config("g3", g3_layout())}));
+    daemon_->start(20s);
   }
   void TearDown() override {
     ExitStatus st = daemon_->stop();
-    EXPECT_TRUE(st.exited() && st.code() == 0) << daemon_->log();
+    EXPECT_TRUE(st.exited() && st.code() == 0) << daemon_->stderr_text();
   }
 
   std::vector<std::string> target() const {
-    return {"--instance", daemon_->instance, "--runtime-dir", daemon_->runtime_dir};
+    return {"--instance", daemon_->instance(), "--runtime-dir", daemon_->runtime_dir()};
   }
   RunResult ctl_on(const std::string& command, std::vector<std::string> extra = {}) const {
     std::vector<std::string> args{command};
@@ -184,8 +182,8 @@ class KvpoolctlTest : public ::testing::Test {
   };
   std::unique_ptr<Holdings> attach_and_hold() const {
     ConnectOptions opts;
-    opts.runtime_dir = daemon_->runtime_dir;
-    auto c = Client::connect(daemon_->instance, opts);
+    opts.runtime_dir = daemon_->runtime_dir();
+    auto c = Client::connect(daemon_->instance(), opts);
     if (!c) throw TestError("connect: " + c.status().to_string());
     auto g2 = c->pool("g2");
     auto g3 = c->pool("g3");
@@ -219,14 +217,13 @@ class KvpoolctlTest : public ::testing::Test {
     return h;
   }
 
-  std::unique_ptr<TempDir> dir_;
-  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(KvpoolctlTest, ClientsShowsEachClientAndTheBlocksItHolds) {
   auto held = attach_and_hold();
   json j = ctl_json("clients");
-  EXPECT_EQ(j["instance"], daemon_->instance);
+  EXPECT_EQ(j["instance"], daemon_->instance());
   EXPECT_EQ(j["max_clients"], 8);
   ASSERT_EQ(j["clients"].size(), 1u) << j.dump(2);
   const json& c = j["clients"][0];
@@ -376,8 +373,8 @@ TEST_F(KvpoolctlTest, CheckPassesOnAHealthyDaemonEvenWhileItWrites) {
   std::atomic<uint64_t> ops{0};
   std::thread load([&] {
     ConnectOptions opts;
-    opts.runtime_dir = daemon_->runtime_dir;
-    auto c = Client::connect(daemon_->instance, opts);
+    opts.runtime_dir = daemon_->runtime_dir();
+    auto c = Client::connect(daemon_->instance(), opts);
     if (!c) return;
     auto g2 = c->pool("g2");
     uint64_t salt = 1000;
@@ -408,7 +405,7 @@ TEST_F(KvpoolctlTest, CheckPassesOnAHealthyDaemonEvenWhileItWrites) {
 
 TEST_F(KvpoolctlTest, StatusStillWorks) {
   json j = ctl_json("status");
-  EXPECT_EQ(j["instance"], daemon_->instance);
+  EXPECT_EQ(j["instance"], daemon_->instance());
   EXPECT_EQ(j["pools"].size(), 2u);
 }
 
@@ -540,8 +537,8 @@ TEST_F(KvpoolctlTest, MetricsGiveTokensUsageBytesClientsAndVersions) {
 // that, and --json carries every hash as a decimal string too (jq rounds big numbers).
 TEST_F(KvpoolctlTest, EventsPrintTheLastTwentyAndHashesAsStrings) {
   ConnectOptions opts;
-  opts.runtime_dir = daemon_->runtime_dir;
-  auto c = Client::connect(daemon_->instance, opts);
+  opts.runtime_dir = daemon_->runtime_dir();
+  auto c = Client::connect(daemon_->instance(), opts);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   auto g2 = c->pool("g2");
   ASSERT_TRUE(g2.is_ok());
@@ -624,10 +621,9 @@ TEST_F(KvpoolctlTest, EventsFollowShowsStoredThenRemovedAsTheyHappen) {
 
 // A broken invariant is reported: exit 1, one line naming it (and ok=false in --json).
 TEST(KvpoolctlCheck, ReportsACorruptedArena) {
-  TempDir dir("kvpool-ctl");
-  std::string config = write_config(dir.path(), {pool_config("g2", g2_layout())});
-  auto d = start_daemon(KVPOOLD_PATH, dir.path(), unique_instance("chk"), config);
-  std::vector<std::string> target{"--instance", d->instance, "--runtime-dir", d->runtime_dir};
+  auto d = std::make_unique<DaemonProcess>(daemon_config({pool_config("g2", g2_layout())}));
+  d->start(20s);
+  std::vector<std::string> target{"--instance", d->instance(), "--runtime-dir", d->runtime_dir()};
   auto with = [&](std::vector<std::string> args) {
     args.insert(args.end(), target.begin(), target.end());
     return ctl(args);
@@ -641,8 +637,8 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
 
   // Scribble on block 5's state, as a bug in the engine would (the engine is idle and
   // block 5 is deep in the free list, so nothing else notices).
-  std::string name = control_segment_name(d->instance);
-  int fd = open_memfd_of(d->child->pid(), name, O_RDWR);
+  std::string name = control_segment_name(d->instance());
+  int fd = open_memfd_of(d->pid(), name, O_RDWR);
   ASSERT_GE(fd, 0) << name;
   struct stat st {};
   ::fstat(fd, &st);
@@ -674,7 +670,7 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
   r = with({"check"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   ExitStatus status = d->stop();
-  EXPECT_TRUE(status.exited() && status.code() == 0) << d->log();
+  EXPECT_TRUE(status.exited() && status.code() == 0) << d->stderr_text();
 }
 
 // No daemon, or a bad option: exit 1 and one line saying so, for every subcommand.

@@ -18,7 +18,9 @@ extern char** environ;
 namespace kvpool::testsupport {
 namespace {
 
+// An environment value the child replaces with its own pid ("WATCHDOG_PID=$PID").
 constexpr std::string_view kOwnPid = "$PID";
+constexpr std::string_view kOwnPidValue = "=$PID";
 
 // Writes `v` in decimal at `dst` with a terminating NUL; async-signal-safe (after fork).
 void write_decimal(char* dst, long v) {
@@ -75,13 +77,12 @@ void ChildProcess::spawn(const std::vector<std::string>& argv, const std::vector
   // Everything the child needs is prepared before fork: after it, only async-signal-safe
   // calls (this process has threads). A "$PID" value gets room for the digits now and
   // the child's pid in the child.
-  const std::string own_pid_value = "=" + std::string(kOwnPid);
   std::vector<std::string> envs = env;
   std::vector<char*> av, ev, own_pid;
   for (auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
   for (auto& e : envs) {
-    if (e.ends_with(own_pid_value)) {
+    if (e.ends_with(kOwnPidValue)) {
       const size_t at = e.size() - kOwnPid.size();
       e.resize(at + 24, '\0');  // room for the digits
       own_pid.push_back(e.data() + at);

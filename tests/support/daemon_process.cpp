@@ -115,6 +115,7 @@ DaemonProcess::DaemonProcess(nlohmann::json config, std::string kvpoold)
   if (!config.contains("instance")) config["instance"] = instance_;
   if (!config.contains("runtime_dir")) config["runtime_dir"] = runtime_dir_;
   if (config["instance"].is_string()) instance_ = config["instance"].get<std::string>();
+  if (config["runtime_dir"].is_string()) runtime_dir_ = config["runtime_dir"].get<std::string>();
   config_path_ = dir_ + "/kvpoold.json";
   std::ofstream(config_path_) << config.dump(2) << "\n";
 
@@ -181,7 +182,9 @@ void DaemonProcess::notify_main() {
         }
       }
       std::string text(data, static_cast<size_t>(r));
+      const Clock::time_point at = Clock::now();
       std::lock_guard lk(mu_);
+      stream_.push_back({sender, text, at});
       std::istringstream lines(text);
       for (std::string line; std::getline(lines, line);)
         if (!line.empty()) notes_[sender].push_back(line);
@@ -197,6 +200,23 @@ bool DaemonProcess::notified(const std::string& line) {
   for (auto& l : it->second)
     if (l == line) return true;
   return false;
+}
+
+std::optional<DaemonProcess::Notification> DaemonProcess::next_notification(
+    Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_until(lk, deadline, [&] { return !stream_.empty(); })) return std::nullopt;
+  Notification n = std::move(stream_.front());
+  stream_.pop_front();
+  return n;
+}
+
+std::string DaemonProcess::await(const std::string& needle, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (auto n = next_notification(deadline))
+    if (n->text.find(needle) != std::string::npos) return n->text;
+  throw TestError("no '" + needle + "' from kvpoold within " + std::to_string(timeout.count()) +
+                  " ms; its stderr:\n" + stderr_text());
 }
 
 std::string DaemonProcess::socket_path() const {
@@ -227,7 +247,7 @@ void DaemonProcess::spawn(const std::vector<std::string>& extra_args) {
   if (!err) throw TestError(errno_text("open " + stderr_path_));
   std::vector<std::string> argv{kvpoold_, "--config", config_path_};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  auto env = child_environment();
+  auto env = child_environment(extra_env_);
   env.push_back("NOTIFY_SOCKET=" + notify_path_);
   if (proc_) proc_->kill_and_reap();
   proc_ = std::make_unique<ChildProcess>();
@@ -267,6 +287,15 @@ void DaemonProcess::start(std::chrono::milliseconds ready_timeout) {
                     std::to_string(ready_timeout.count()) + " ms (" + how + "); its stderr:\n" +
                     stderr_text());
   }
+}
+
+ExitStatus DaemonProcess::stop(std::chrono::milliseconds timeout) {
+  kill(SIGTERM);
+  auto st = wait_exit(timeout);
+  if (!st)
+    throw TestError("kvpoold did not exit within " + std::to_string(timeout.count()) +
+                    " ms of SIGTERM; its stderr:\n" + stderr_text());
+  return *st;
 }
 
 void DaemonProcess::restart() {

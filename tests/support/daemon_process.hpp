@@ -1,7 +1,7 @@
 // Test support: the real kvpoold, started from a config file on a unique instance and a
 // fresh runtime dir, up once it said READY=1 on the notify socket the support library
 // drains; and a read-only view of its control segment (shm::observe, as kvpoolctl does).
-// Used by the multi-process, events and benchmark suites.
+// Used by the multi-process, events, gpu, cli, systemd and benchmark suites.
 #pragma once
 
 #include <signal.h>
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,7 +83,8 @@ nlohmann::json test_config(nlohmann::json pools = nullptr);
 // thread (sd_notify blocks once a receiver's queue is full), recording what each pid said.
 class DaemonProcess {
  public:
-  // `config`: a config document; "instance" and "runtime_dir" are set unless present.
+  // `config`: a config document; "instance" and "runtime_dir" are set unless present (a
+  // second daemon for another's instance names both).
   // `kvpoold`: the program (benchmarks may run another build's).
   explicit DaemonProcess(nlohmann::json config = test_config(), std::string kvpoold = KVPOOLD_PATH);
   ~DaemonProcess();
@@ -102,6 +104,8 @@ class DaemonProcess {
   void kill(int sig) {
     if (proc_) proc_->kill(sig);
   }
+  // SIGTERM, then waits for the exit; throws (with its stderr) at the deadline.
+  ExitStatus stop(std::chrono::milliseconds timeout = 10s);
   std::optional<ExitStatus> wait_exit(std::chrono::milliseconds timeout) {
     if (!proc_) throw TestError("kvpoold was never started");
     return proc_->wait_exit(timeout);
@@ -110,6 +114,22 @@ class DaemonProcess {
   bool running() { return proc_ && proc_->running(); }
   // Whether the current process sent this notify line ("READY=1", "STOPPING=1").
   bool notified(const std::string& line);
+
+  // Every notify datagram any process of this DaemonProcess sent, in order, with when it
+  // came (systemd's view: what a Type=notify unit's manager would read).
+  struct Notification {
+    pid_t pid = -1;
+    std::string text;  // one datagram; several assignments are newline-separated
+    Clock::time_point at;
+  };
+  // The next one not yet taken; nullopt at the deadline.
+  std::optional<Notification> next_notification(Clock::time_point deadline);
+  // Takes notifications until one contains `needle` and returns it; throws at the deadline
+  // with the daemon's stderr.
+  std::string await(const std::string& needle, std::chrono::milliseconds timeout);
+  // Variables the next spawns add to the scrubbed environment ("K=V"; "$PID": the
+  // daemon's own pid, as systemd passes WATCHDOG_PID).
+  void set_environment(std::vector<std::string> extra_env) { extra_env_ = std::move(extra_env); }
 
   const std::string& instance() const { return instance_; }
   const std::string& runtime_dir() const { return runtime_dir_; }
@@ -152,6 +172,8 @@ class DaemonProcess {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<pid_t, std::vector<std::string>> notes_;  // pid -> lines it sent
+  std::deque<Notification> stream_;                  // not yet taken by next_notification
+  std::vector<std::string> extra_env_;
 };
 
 }  // namespace kvpool::testsupport

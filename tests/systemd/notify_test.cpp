@@ -12,13 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
 #include <thread>
 
 #include "kvpool/client.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/segment.hpp"
+#include "support/daemon_process.hpp"
 #include "support/process.hpp"
 
 namespace kvpool {
@@ -39,19 +39,18 @@ std::string control_segment_problem(pid_t daemon, const std::string& instance) {
   return reader ? "" : reader.status().to_string();
 }
 
-// The times of the next `count` WATCHDOG=1 pings (other notifications are kept too).
-std::vector<Clock::time_point> collect_pings(Daemon& d, size_t count,
+// The times of the next `count` WATCHDOG=1 pings (other notifications are taken too).
+std::vector<Clock::time_point> collect_pings(DaemonProcess& d, size_t count,
                                              std::chrono::milliseconds timeout) {
   std::vector<Clock::time_point> pings;
   auto deadline = Clock::now() + timeout;
   while (pings.size() < count) {
-    auto m = d.notify->receive(deadline);
+    auto m = d.next_notification(deadline);
     if (!m)
       throw TestError("only " + std::to_string(pings.size()) + " of " + std::to_string(count) +
                       " WATCHDOG=1 pings within " + std::to_string(timeout.count()) +
-                      " ms; log:\n" + d.log());
-    d.messages.push_back(*m);
-    if (*m == "WATCHDOG=1") pings.push_back(Clock::now());
+                      " ms; log:\n" + d.stderr_text());
+    if (m->text == "WATCHDOG=1") pings.push_back(m->at);
   }
   return pings;
 }
@@ -70,28 +69,18 @@ double max_gap_ms(Clock::time_point start, const std::vector<Clock::time_point>&
 // 100% and EXTEND_TIMEOUT_USEC= (so TimeoutStartSec= does not kill a daemon that makes
 // progress), all before READY=1.
 TEST(SystemdNotify, LargePoolsReportPrefaultProgressBeforeReady) {
-  TempDir dir("kvpool-notify");
-  Daemon d;
-  d.instance = unique_instance("big");
-  d.runtime_dir = dir.path();
-  d.log_path = dir.path() + "/kvpoold.log";
-  d.notify = std::make_unique<NotifySocket>(dir.path() + "/notify");
-  const std::string config = dir.path() + "/big.json";
   // 512 blocks of 2 MiB: 1 GiB, four pre-fault steps.
-  std::ofstream(config) << R"({"pools": [{"name": "big", "num_blocks": 512, "layout":
+  DaemonProcess d(nlohmann::json::parse(R"({"pools": [{"name": "big", "num_blocks": 512, "layout":
       {"num_layers": 32, "outer_dim": 2, "page_size": 16, "inner_dim": 1024,
-       "dtype_bytes": 2, "alignment": 256}}]})";
-  d.child = std::make_unique<ChildProcess>();
-  d.child->spawn_logged(
-      {KVPOOLD_PATH, "--config", config, "--instance", d.instance, "--runtime-dir", dir.path()},
-      {"NOTIFY_SOCKET=" + d.notify->path()}, d.log_path);
+       "dtype_bytes": 2, "alignment": 256}}]})"));
+  d.spawn();
   std::vector<std::string> before_ready;
   auto deadline = Clock::now() + 120s;
   while (true) {
-    auto m = d.notify->receive(deadline);
-    ASSERT_TRUE(m) << "no READY=1 within 120 s; log:\n" << d.log();
-    if (*m == "READY=1") break;
-    before_ready.push_back(*m);
+    auto m = d.next_notification(deadline);
+    ASSERT_TRUE(m) << "no READY=1 within 120 s; log:\n" << d.stderr_text();
+    if (m->text == "READY=1") break;
+    before_ready.push_back(m->text);
   }
   std::vector<std::string> progress;
   bool extended = false;
@@ -106,46 +95,38 @@ TEST(SystemdNotify, LargePoolsReportPrefaultProgressBeforeReady) {
   EXPECT_NE(progress.back().find("1.0 GiB of 1.0 GiB (100%)"), std::string::npos)
       << progress.back();
   EXPECT_TRUE(extended) << ::testing::PrintToString(before_ready);
-  EXPECT_NE(d.log().find("pool 'big': 1.0 GiB of host memory ready in "), std::string::npos)
-      << d.log();
+  EXPECT_NE(d.stderr_text().find("pool 'big': 1.0 GiB of host memory ready in "), std::string::npos)
+      << d.stderr_text();
   // A clean stop removes the 1 GiB object (a SIGKILL would leave it in /dev/shm).
-  d.child->kill(SIGTERM);
-  auto st = d.child->wait_exit(30s);
+  d.kill(SIGTERM);
+  auto st = d.wait_exit(30s);
   ASSERT_TRUE(st) << "kvpoold did not stop on SIGTERM";
-  EXPECT_TRUE(st->exited() && st->code() == 0) << d.log();
+  EXPECT_TRUE(st->exited() && st->code() == 0) << d.stderr_text();
 }
 
 TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
-  TempDir dir("kvpool-notify");
-  Daemon d;
-  d.instance = unique_instance("ntf");
-  d.runtime_dir = dir.path();
-  d.log_path = dir.path() + "/kvpoold.log";
-  d.notify = std::make_unique<NotifySocket>(dir.path() + "/notify");
+  DaemonProcess d(nlohmann::json::object());  // the built-in config: pool g2, 1024 blocks
   // WatchdogSec=4s as systemd passes it: to this very process. (kvpoold pings every 1 s;
   // the 2 s bound leaves a second of slack for a loaded test machine.)
-  d.child = std::make_unique<ChildProcess>();
-  d.child->spawn_logged(
-      {KVPOOLD_PATH, "--instance", d.instance, "--runtime-dir", dir.path()},
-      {"NOTIFY_SOCKET=" + d.notify->path(), "WATCHDOG_USEC=4000000", "WATCHDOG_PID=$PID"},
-      d.log_path);
+  d.set_environment({"WATCHDOG_USEC=4000000", "WATCHDOG_PID=$PID"});
+  d.spawn();
 
   // Everything before READY=1, then READY=1 itself: at that moment the daemon must serve.
   std::vector<std::string> before_ready;
   auto deadline = Clock::now() + 20s;
   Clock::time_point ready_at;
   while (true) {
-    auto m = d.notify->receive(deadline);
-    ASSERT_TRUE(m) << "no READY=1 within 20 s; log:\n" << d.log();
-    if (*m == "READY=1") {
-      ready_at = Clock::now();
+    auto m = d.next_notification(deadline);
+    ASSERT_TRUE(m) << "no READY=1 within 20 s; log:\n" << d.stderr_text();
+    if (m->text == "READY=1") {
+      ready_at = m->at;
       EXPECT_TRUE(socket_connectable(d.socket_path()))
           << "READY=1 sent before " << d.socket_path() << " accepts";
-      EXPECT_EQ(control_segment_problem(d.child->pid(), d.instance), "")
+      EXPECT_EQ(control_segment_problem(d.pid(), d.instance()), "")
           << "READY=1 sent before the control segment was valid";
       break;
     }
-    before_ready.push_back(*m);
+    before_ready.push_back(m->text);
   }
   for (const auto& m : before_ready) EXPECT_EQ(m.find("READY"), std::string::npos) << m;
 
@@ -162,8 +143,8 @@ TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
 
   // Pings at least every half WATCHDOG_USEC (2 s) while a client keeps the engine busy.
   ConnectOptions opts;
-  opts.runtime_dir = dir.path();
-  auto client = Client::connect(d.instance, opts);
+  opts.runtime_dir = d.runtime_dir();
+  auto client = Client::connect(d.instance(), opts);
   ASSERT_TRUE(client) << client.status().to_string();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> ops{0};
@@ -195,57 +176,56 @@ TEST(SystemdNotify, ReadyStatusWatchdogStopping) {
   EXPECT_NE(status.find("free"), std::string::npos) << status;
 
   // SIGTERM: STOPPING=1, then exit 0 (the client sees DaemonGone, it does not block it).
-  d.child->kill(SIGTERM);
+  d.kill(SIGTERM);
   d.await("STOPPING=1", 10s);
-  auto st = d.child->wait_exit(10s);
-  ASSERT_TRUE(st) << "kvpoold did not exit after STOPPING=1; log:\n" << d.log();
-  EXPECT_TRUE(st->exited() && st->code() == 0) << st->describe() << "\n" << d.log();
+  auto st = d.wait_exit(10s);
+  ASSERT_TRUE(st) << "kvpoold did not exit after STOPPING=1; log:\n" << d.stderr_text();
+  EXPECT_TRUE(st->exited() && st->code() == 0) << st->describe() << "\n" << d.stderr_text();
 }
 
 TEST(SystemdNotify, WatchdogPingsWithoutWatchdogUsec) {
-  TempDir dir("kvpool-notify");
-  auto d = start_daemon(KVPOOLD_PATH, dir.path(), unique_instance("ntf"));
+  DaemonProcess d(nlohmann::json::object());
+  d.start();
+  d.await("READY=1", 1s);  // what came before it
   auto start = Clock::now();
-  auto pings = collect_pings(*d, 3, 8s);
+  auto pings = collect_pings(d, 3, 8s);
   // Once a second when systemd set no interval (a little slack for a loaded machine).
   EXPECT_LE(max_gap_ms(start, pings), 2000.0);
-  ExitStatus st = d->stop();
-  EXPECT_TRUE(st.exited() && st.code() == 0) << d->log();
-  bool stopping = false;
-  for (auto& m : d->messages) stopping |= m == "STOPPING=1";
+  d.kill(SIGTERM);
+  auto st = d.wait_exit(10s);
+  ASSERT_TRUE(st) << "kvpoold did not exit within 10 s of SIGTERM; log:\n" << d.stderr_text();
+  EXPECT_TRUE(st->exited() && st->code() == 0) << d.stderr_text();
   // STOPPING=1 may still be queued on the socket after the exit.
-  if (!stopping) d->await("STOPPING=1", 2s);
+  d.await("STOPPING=1", 2s);
 }
 
 TEST(SystemdNotify, FailedStartNeverSendsReady) {
-  TempDir dir("kvpool-notify");
-  const std::string instance = unique_instance("ntf");
-  auto first = start_daemon(KVPOOLD_PATH, dir.path(), instance);
+  DaemonProcess first(nlohmann::json::object());
+  first.start();
 
   // A second daemon for the same instance must refuse, say why in STATUS=, and never claim
   // READY=1.
-  NotifySocket notify(dir.path() + "/notify.second");
-  const std::string log = dir.path() + "/second.log";
-  ChildProcess second;
-  second.spawn_logged({KVPOOLD_PATH, "--instance", instance, "--runtime-dir", dir.path()},
-                      {"NOTIFY_SOCKET=" + notify.path()}, log);
+  DaemonProcess second({{"instance", first.instance()}, {"runtime_dir", first.runtime_dir()}});
+  second.spawn();
   auto st = second.wait_exit(20s);
-  ASSERT_TRUE(st) << "the second kvpoold did not give up; log:\n" << read_file(log);
-  EXPECT_TRUE(st->exited() && st->code() != 0) << read_file(log);
+  ASSERT_TRUE(st) << "the second kvpoold did not give up; log:\n" << second.stderr_text();
+  EXPECT_TRUE(st->exited() && st->code() != 0) << second.stderr_text();
   std::vector<std::string> got;
-  while (auto m = notify.receive(Clock::now() + 200ms)) got.push_back(*m);
+  while (auto m = second.next_notification(Clock::now() + 200ms)) got.push_back(m->text);
   bool failed_status = false;
   for (const auto& m : got) {
     EXPECT_EQ(m.find("READY=1"), std::string::npos) << "a daemon that failed sent " << m;
     failed_status |= m.rfind("STATUS=failed", 0) == 0 && m.find("already") != std::string::npos;
   }
   EXPECT_TRUE(failed_status) << "no STATUS=failed naming the running daemon; log:\n"
-                             << read_file(log);
+                             << second.stderr_text();
   // The first one is untouched by the attempt.
-  EXPECT_TRUE(socket_connectable(first->socket_path()));
-  EXPECT_EQ(control_segment_problem(first->child->pid(), instance), "");
-  ExitStatus fst = first->stop();
-  EXPECT_TRUE(fst.exited() && fst.code() == 0) << first->log();
+  EXPECT_TRUE(socket_connectable(first.socket_path()));
+  EXPECT_EQ(control_segment_problem(first.pid(), first.instance()), "");
+  first.kill(SIGTERM);
+  auto fst = first.wait_exit(10s);
+  ASSERT_TRUE(fst) << "kvpoold did not exit within 10 s of SIGTERM";
+  EXPECT_TRUE(fst->exited() && fst->code() == 0) << first.stderr_text();
 }
 
 }  // namespace
