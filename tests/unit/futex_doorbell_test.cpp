@@ -257,25 +257,35 @@ TEST(FutexDoorbell, WaiterSleepsEarlyWhenThePeerHasNotStarted) {
 TEST(FutexDoorbell, WaiterKeepsPollingWhileThePeerWorks) {
   Doorbell bell{};
   std::atomic<bool> flag{false};
-  std::atomic<bool> polling{false};
+  // When ready() was first and last called (steady_clock ticks): the waiter polls as long as
+  // the two keep drawing apart.
+  std::atomic<int64_t> first_poll{0}, last_poll{0};
   std::atomic<WaitResult> result{WaitResult::kTimedOut};
   std::thread waiter([&] {
     result = wait(
         bell,
         [&] {
-          polling.store(true, std::memory_order_relaxed);
+          const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+          int64_t none = 0;
+          first_poll.compare_exchange_strong(none, now, std::memory_order_relaxed);
+          last_poll.store(now, std::memory_order_relaxed);
           return flag.load(std::memory_order_acquire);
         },
         [] { return true; }, PollPolicy{seconds(30), milliseconds(1)}, seconds(60));
   });
+  // Answer only once the waiter has been polling for 20 ms, well past the 1 ms grace.
+  const auto polled_for = [&] {
+    return std::chrono::steady_clock::duration(last_poll.load(std::memory_order_relaxed) -
+                                               first_poll.load(std::memory_order_relaxed));
+  };
   const auto give_up = std::chrono::steady_clock::now() + seconds(10);
-  while (!polling.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < give_up)
+  while (polled_for() < milliseconds(20) && std::chrono::steady_clock::now() < give_up)
     std::this_thread::yield();
-  // Well past the 1 ms grace, well inside the 30 s budget.
-  std::this_thread::sleep_for(milliseconds(50));
+  const bool polled_past_grace = polled_for() >= milliseconds(20);
   flag.store(true, std::memory_order_release);
   ring(bell);
   waiter.join();
+  EXPECT_TRUE(polled_past_grace) << "the waiter stopped polling although its peer had started";
   EXPECT_EQ(result.load(), WaitResult::kReady);
   EXPECT_EQ(bell.seq.load(), 0u) << "the waiter slept although its peer had started";
 }

@@ -34,6 +34,20 @@
 #include "kvpool/pool/pool_core.hpp"
 
 namespace kvpool::pool {
+namespace {
+
+// What a kept block carries over from its record in the old arena: its registration and
+// when it was last taken. State, references and list links are the new arena's own.
+void copy_registration(const BlockMeta& m, BlockMeta& b) {
+  b.sequence_hash = m.sequence_hash;
+  b.block_hash = m.block_hash;
+  b.parent_hash = m.parent_hash;
+  b.priority = m.priority;
+  b.flags = static_cast<uint8_t>(m.flags & kFlagHasParent);
+  b.acquired_tick = m.acquired_tick;
+}
+
+}  // namespace
 
 Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
                                              std::span<const uint8_t> live_owners,
@@ -134,12 +148,7 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
   for (const Kept& k : kept) {
     const BlockMeta& m = previous.blocks_[k.id];
     BlockMeta& b = blocks_[k.id];
-    b.sequence_hash = m.sequence_hash;
-    b.block_hash = m.block_hash;
-    b.parent_hash = m.parent_hash;
-    b.priority = m.priority;
-    b.flags = static_cast<uint8_t>(m.flags & kFlagHasParent);
-    b.acquired_tick = m.acquired_tick;
+    copy_registration(m, b);
     b.returned_tick = ++header_->tick;
     b.refcount = 0;
     checksums_[k.id] = previous.checksums_[k.id];
@@ -150,12 +159,7 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
   for (uint32_t id : kept_held) {  // registered, one reference held by the keeper
     const BlockMeta& m = previous.blocks_[id];
     BlockMeta& b = blocks_[id];
-    b.sequence_hash = m.sequence_hash;
-    b.block_hash = m.block_hash;
-    b.parent_hash = m.parent_hash;
-    b.priority = m.priority;
-    b.flags = static_cast<uint8_t>(m.flags & kFlagHasParent);
-    b.acquired_tick = m.acquired_tick;
+    copy_registration(m, b);
     b.returned_tick = m.returned_tick;
     b.state = static_cast<uint8_t>(BlockStateCode::kActive);
     b.refcount = 1;
