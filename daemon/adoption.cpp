@@ -111,7 +111,11 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
       h.slots_offset % alignof(shm::SlotInfo) == 0) {
     const auto* slots =
         reinterpret_cast<const shm::SlotInfo*>(c.segment.as<const char>() + h.slots_offset);
-    a.live_owners_.assign(h.max_clients, 0);
+    // Owner max_clients is the previous daemon's keeper: what it kept for clients of the
+    // daemon before it that had not come back. Those may still run, and who they are died
+    // with that daemon: it stays out of circulation (under our keeper, never handed back).
+    a.live_owners_.assign(h.max_clients + 1, 0);
+    a.live_owners_[h.max_clients] = 1;
     for (uint32_t i = 0; i < h.max_clients; ++i) {
       const int32_t pid = slots[i].pid.load(std::memory_order_relaxed);
       if (slots[i].state.load(std::memory_order_relaxed) ==
@@ -122,7 +126,8 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
       pollfd p{fd ? fd->get() : -1, POLLIN, 0};
       if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
       a.live_owners_[i] = 1;
-      a.live_pidfds_.push_back(std::move(fd.value()));
+      a.live_clients_.push_back(
+          {i, slots[i].generation.load(std::memory_order_relaxed), pid, std::move(fd.value())});
     }
   }
   a.previous_ = std::move(c.segment);
@@ -201,10 +206,11 @@ void Adoption::release_unused() {
 }
 
 Result<pool::AdoptCounts> Adoption::adopt_registry(const Pool& p, pool::PoolCore& core,
-                                                   uint32_t keeper) {
+                                                   uint32_t keeper,
+                                                   std::vector<pool::AdoptPin>* pins) {
   auto prev = pool::PoolCore::attach(const_cast<void*>(p.arena), p.arena_bytes, 0, p.name);
   if (!prev) return prev.status();
-  auto counts = core.adopt_registry(*prev, live_owners_, keeper);
+  auto counts = core.adopt_registry(*prev, live_owners_, keeper, pins);
   if (!counts) return counts.status();
   for (uint32_t id = 0; id < core.num_blocks(); ++id)
     tags_.set(pool::generation_tag_of(core.block(id).generation));

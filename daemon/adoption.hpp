@@ -56,12 +56,20 @@ class Adoption {
 
   // Rebuilds the registry of `core` (freshly created) from `p`'s arena and notes the tags
   // of its generations (taken_tags). What clients of the previous daemon that still run
-  // held goes to owner `keeper` (see live_clients). On error the caller starts the pool
-  // empty.
-  Result<pool::AdoptCounts> adopt_registry(const Pool& p, pool::PoolCore& core, uint32_t keeper);
-  // pidfds of the previous daemon's clients that still ran at start: the daemon releases
-  // `keeper` once every one of them has exited (they may read or write what they held).
-  std::vector<shm::UniqueFd> take_live_clients() { return std::move(live_pidfds_); }
+  // held goes to owner `keeper`, each block listed in `pins` with who held it (see
+  // take_live_clients). On error the caller starts the pool empty.
+  Result<pool::AdoptCounts> adopt_registry(const Pool& p, pool::PoolCore& core, uint32_t keeper,
+                                           std::vector<pool::AdoptPin>* pins);
+  // The previous daemon's clients that still ran at start (they may read or write what
+  // they held): daemon/previous_clients.hpp gives it back when they reattach, or releases
+  // it when they exit.
+  struct LiveClient {
+    uint32_t slot;
+    uint32_t slot_generation;
+    int32_t pid;
+    shm::UniqueFd pidfd;
+  };
+  std::vector<LiveClient> take_live_clients() { return std::move(live_clients_); }
   // Generation tags that generations of the adopted arenas carry, and the previous
   // daemon's own: a new daemon picks another (daemon/epoch.hpp).
   const std::bitset<256>& taken_tags() const { return tags_; }
@@ -77,8 +85,10 @@ class Adoption {
   std::string previous_control_name_;
   std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment
   std::bitset<256> tags_;
-  std::vector<uint8_t> live_owners_;  // previous client slot -> its process still runs
-  std::vector<shm::UniqueFd> live_pidfds_;
+  // previous owner -> its process still runs (the last one: the previous keeper, see
+  // prepare)
+  std::vector<uint8_t> live_owners_;
+  std::vector<LiveClient> live_clients_;
 };
 
 }  // namespace kvpool::daemon

@@ -104,7 +104,7 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
                     "' is not open to this client (pools[].allowed_uids/allowed_gids)");
   } else if (op == proto::Opcode::kAllocate
                  ? item_bytes != 0
-                 : item_bytes != uint64_t{rq.count} * proto::request_item_bytes(op)) {
+                 : item_bytes != proto::request_payload_bytes(op, rq.count)) {
     st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) +
                                                " bytes does not hold " + std::to_string(rq.count) +
                                                " items");
@@ -154,6 +154,9 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
         break;
       case proto::Opcode::kScrub:
         st = scrub(req, answer.data() + kHeaderBytes, &count_out);
+        break;
+      case proto::Opcode::kReclaim:
+        st = reclaim(owner, req, refs_out, &count_out);
         break;
       case proto::Opcode::kPing:
         break;
@@ -213,6 +216,17 @@ Status Dispatcher::scrub(const Request& r, std::byte* words, uint32_t* count_out
   std::memcpy(words + sizeof(s), found, s.reported * sizeof(proto::ScrubMismatch));
   *count_out = static_cast<uint32_t>((sizeof(s) + s.reported * sizeof(proto::ScrubMismatch)) / 8);
   return Status::ok();
+}
+
+Status Dispatcher::reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost,
+                           uint32_t* count_out) {
+  if (!reclaim_)
+    return Status(ErrorCode::kNotFound,
+                  "this kvpoold took over no client of a previous daemon: nothing to reclaim");
+  proto::ReclaimHeader h;
+  std::memcpy(&h, r.items, sizeof(h));
+  return reclaim_(owner, r.rq.pool, h, items_as(r.items + sizeof(h), r.rq.count, reclaim_items_),
+                  lost, count_out);
 }
 
 }  // namespace kvpool::daemon

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,13 @@ class Dispatcher {
   // What kVerify and kScrub read: checkers[i] is pool i's (a default one, for a pool whose
   // bytes the daemon cannot read, answers kUnsupported). Without this, every pool is so.
   void set_checkers(std::vector<BlockChecker> checkers) { checkers_ = std::move(checkers); }
+
+  // kReclaim (a client of the previous daemon, reattached): the engine runs it, since it
+  // knows who the caller is (daemon/previous_clients.hpp). Unset: refused.
+  using ReclaimFn = std::function<Status(uint32_t owner, uint32_t pool, const proto::ReclaimHeader&,
+                                         std::span<const proto::ReclaimItem>, pool::BlockRef* lost,
+                                         uint32_t* lost_count)>;
+  void set_reclaim(ReclaimFn f) { reclaim_ = std::move(f); }
 
   // proto::record_answers and proto::answer_type (shm/protocol.hpp).
   static bool answers(uint32_t type) { return proto::record_answers(type); }
@@ -83,6 +91,7 @@ class Dispatcher {
   // kVerify and kScrub: validate, hash and write their answer words; count_out in words.
   Status verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out);
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
+  Status reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost, uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
 
   std::vector<pool::PoolCore*> cores_;
@@ -93,6 +102,8 @@ class Dispatcher {
   std::vector<pool::RegisterItem> items_;  // only for misaligned records
   std::vector<uint64_t> hashes_;
   std::vector<pool::BlockRef> refs_;
+  std::vector<proto::ReclaimItem> reclaim_items_;
+  ReclaimFn reclaim_;
 };
 
 }  // namespace kvpool::daemon

@@ -170,6 +170,8 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
   // (daemon/adoption.hpp); those that do not go before the new pools take memory.
   const uint64_t adoption_t0 = now_ns(CLOCK_MONOTONIC);
   Adoption adoption = Adoption::prepare(take_inherited_fds());
+  previous_ =
+      PreviousClients(adoption.previous_epoch(), adoption.take_live_clients(), keeper_owner(), np);
   std::vector<std::optional<Adoption::Pool>> previous(np);
   for (uint32_t i = 0; i < np; ++i) previous[i] = adoption.take(config_.pools[i]);
   adoption.release_unused();
@@ -199,7 +201,6 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
-  previous_clients_ = adoption.take_live_clients();
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
   for (auto& p : pools_) {
     p.core.set_generation_tag(static_cast<uint8_t>(ctl_->restart.generation_tag));
@@ -246,6 +247,14 @@ void Engine::create_dispatcher() {
       checkers[i] = BlockChecker(bytes, *Layout::create(pools_[i].config.layout));
   }
   dispatcher_.set_checkers(std::move(checkers));  // kVerify, kScrub: host pools only
+  // kReclaim: only the caller's own process may take back what it held.
+  std::vector<pool::PoolCore*> all;
+  for (auto& p : pools_) all.push_back(&p.core);
+  dispatcher_.set_reclaim([this, all](uint32_t owner, uint32_t pool, const proto::ReclaimHeader& h,
+                                      std::span<const proto::ReclaimItem> items,
+                                      pool::BlockRef* lost, uint32_t* lost_count) {
+    return previous_.reclaim(owner, sessions_[owner].pid, h, all, pool, items, lost, lost_count);
+  });
 }
 
 void Engine::request_stop() {
@@ -377,7 +386,11 @@ bool Engine::any_request_pending() {
 void Engine::periodic() {
   uint64_t t = now_ns(CLOCK_MONOTONIC);
   ctl_->heartbeat_ns.store(t, std::memory_order_relaxed);
-  release_previous_clients();
+  if (previous_.waiting() != 0) {
+    std::vector<pool::PoolCore*> all;
+    for (auto& p : pools_) all.push_back(&p.core);
+    previous_.reap(all);
+  }
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)
     if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");

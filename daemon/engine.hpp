@@ -15,6 +15,7 @@
 #include "daemon/dispatch.hpp"
 #include "daemon/event_publisher.hpp"
 #include "daemon/pool_storage.hpp"
+#include "daemon/previous_clients.hpp"
 #include "daemon/session.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
@@ -119,8 +120,6 @@ class Engine {
   // The pool-core owner that holds what the previous daemon's still running clients held
   // (every pool core has max_clients + 1 owners; no client slot is this one).
   uint32_t keeper_owner() const { return config_.max_clients; }
-  // Periodic: once every such client has exited, releases the keeper's blocks.
-  void release_previous_clients();
 
   Config config_;
   std::string runtime_dir_;
@@ -153,8 +152,8 @@ class Engine {
   bool stopping_ = false;
   bool created_ = false;
   bool keep_cache_ = false;
-  std::string previous_control_name_;            // in the store until ours is
-  std::vector<shm::UniqueFd> previous_clients_;  // pidfds: see release_previous_clients
+  std::string previous_control_name_;  // in the store until ours is
+  PreviousClients previous_;           // the previous daemon's clients that still run
 };
 
 }  // namespace kvpool::daemon

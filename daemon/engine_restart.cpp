@@ -1,7 +1,6 @@
 // The progress engine's part in restarts (issue 15): taking over a previous daemon's pools
 // at start (daemon/adoption.hpp), publishing who this daemon is, and keeping its segments
 // in the supervisor's descriptor store (daemon/fd_store.hpp).
-#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine.hpp"
@@ -24,7 +23,8 @@ Result<PoolStorage> Engine::pool_storage_for(const PoolConfig& pc, const Layout&
 
 void Engine::adopt_pool_registry(Adoption& adoption, const Adoption::Pool& previous, uint32_t i,
                                  const pool::PoolCoreConfig& core_config, pool::PoolCore& core) {
-  auto counts = adoption.adopt_registry(previous, core, keeper_owner());
+  std::vector<pool::AdoptPin> pins;
+  auto counts = adoption.adopt_registry(previous, core, keeper_owner(), &pins);
   if (!counts) {
     // The bytes stay (they are this pool's, and every block is free now); nothing of the
     // previous registry is served.
@@ -34,6 +34,7 @@ void Engine::adopt_pool_registry(Adoption& adoption, const Adoption::Pool& previ
     if (fresh) core = std::move(fresh.value());
     return;
   }
+  previous_.add_pins(i, pins);  // given back when their clients reattach
   shm::PoolInfo& info = control_.pool_info(i);
   info.adopted_blocks = counts->adopted;
   info.adoption_dropped_blocks = counts->dropped;
@@ -45,7 +46,7 @@ void Engine::adopt_pool_registry(Adoption& adoption, const Adoption::Pool& previ
       "pool '{}': adopted {} registered block(s) from epoch {:016x}; dropped {} whose "
       "registration could not be proven; {} mutable block(s) of clients that are gone are "
       "free; {} block(s) held by clients of the previous daemon that still run are kept out "
-      "of circulation until they exit{}",
+      "of circulation until they reattach or exit{}",
       previous.name, counts->adopted, adoption.previous_epoch(), counts->dropped, counts->freed,
       counts->pinned, counts->interrupted ? " (its daemon died inside a pool call)" : "");
 }
@@ -59,21 +60,6 @@ void Engine::publish_identity(const Adoption& adoption, uint64_t adoption_ns) {
   r.generation_tag = pick_generation_tag(r.epoch, adoption.taken_tags());
   r.adoption_ns = r.adopted_pools != 0 ? adoption_ns : 0;
   previous_control_name_ = adoption.previous_control_name();
-}
-
-void Engine::release_previous_clients() {
-  if (previous_clients_.empty()) return;
-  std::erase_if(previous_clients_, [](const shm::UniqueFd& fd) {
-    pollfd p{fd.get(), POLLIN, 0};
-    return ::poll(&p, 1, 0) != 0;  // exited (or an error: no longer to be waited for)
-  });
-  if (!previous_clients_.empty()) return;
-  uint32_t returned = 0;
-  for (auto& p : pools_) returned += p.core.release_owner(keeper_owner());
-  spdlog::info(
-      "the previous daemon's clients have exited: {} block(s) they held are back in "
-      "circulation",
-      returned);
 }
 
 void Engine::store_segments() {

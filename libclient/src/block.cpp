@@ -4,18 +4,20 @@
 
 namespace kvpool {
 
-MutableBlock::MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool, uint32_t id,
-                           uint32_t gen, uint32_t page_size)
+MutableBlock::MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool,
+                           uint32_t incarnation, uint32_t id, uint32_t gen, uint32_t page_size)
     : client_(c),
       pool_(pool),
+      incarnation_(incarnation),
       id_(id),
       generation_(gen),
       // commit() hashes with the pool's scheme (PoolInfo::hash_scheme).
-      state_(page_size, c->conn->pools()[pool].hash_scheme()) {}
+      state_(page_size, c->conn().pools()[pool].hash_scheme()) {}
 
 MutableBlock::MutableBlock(MutableBlock&& o) noexcept
     : client_(std::move(o.client_)),
       pool_(o.pool_),
+      incarnation_(o.incarnation_),
       id_(o.id_),
       generation_(o.generation_),
       priority_(o.priority_),
@@ -29,6 +31,7 @@ MutableBlock& MutableBlock::operator=(MutableBlock&& o) noexcept {
     client_ = std::move(o.client_);
     o.client_.reset();
     pool_ = o.pool_;
+    incarnation_ = o.incarnation_;
     id_ = o.id_;
     generation_ = o.generation_;
     priority_ = o.priority_;
@@ -40,7 +43,7 @@ MutableBlock& MutableBlock::operator=(MutableBlock&& o) noexcept {
 MutableBlock::~MutableBlock() { release(); }
 
 void MutableBlock::release() {
-  if (client_) client_->conn->release(pool_, /*immutable=*/false, pool::BlockRef{id_, generation_});
+  if (client_) client_->release(pool_, incarnation_, /*immutable=*/false, {id_, generation_});
   client_.reset();
 }
 
@@ -58,7 +61,7 @@ void MutableBlock::reset() { state_.reset(); }
 
 Result<std::byte*> MutableBlock::address(uint32_t layer, uint32_t outer) const {
   if (!client_) return Status(ErrorCode::kInvalidState, "the block was moved from or released");
-  return client_->address(pool_, id_, layer, outer);
+  return client_->address(pool_, incarnation_, {id_, generation_}, layer, outer);
 }
 
 // ---- ImmutableBlock: a counted pointer into its answer's slab --------------------------
@@ -102,7 +105,8 @@ uint32_t ImmutableBlock::pool_index() const {
 Result<const std::byte*> ImmutableBlock::address(uint32_t layer, uint32_t outer) const {
   if (!entry_) return Status(ErrorCode::kInvalidState, "empty ImmutableBlock");
   const detail::ImmutableSlab* slab = detail::ImmutableSlab::of(entry_);
-  auto a = slab->client->address(slab->pool, entry_->ref.id, layer, outer, /*readonly=*/true);
+  auto a = slab->client->address(slab->pool, slab->incarnation, entry_->ref, layer, outer,
+                                 /*readonly=*/true);
   if (!a) return a.status();
   return static_cast<const std::byte*>(*a);
 }
@@ -130,12 +134,13 @@ ImmutableSlab* ImmutableSlab::of(const ImmutableEntry* e) {
 }
 
 ImmutableSlab* ImmutableSlab::create(std::shared_ptr<ClientImpl> c, uint32_t pool,
-                                     std::span<const pool::BlockRef> refs,
+                                     uint32_t incarnation, std::span<const pool::BlockRef> refs,
                                      std::span<const SequenceHash> hashes) {
   void* mem = ::operator new(kEntriesOffset + refs.size() * sizeof(ImmutableEntry));
   auto* slab = new (mem) ImmutableSlab();
   slab->client = std::move(c);
   slab->pool = pool;
+  slab->incarnation = incarnation;
   slab->count = static_cast<uint32_t>(refs.size());
   slab->live.store(slab->count, std::memory_order_relaxed);
   auto* first = reinterpret_cast<std::byte*>(mem) + kEntriesOffset;
@@ -150,7 +155,8 @@ ImmutableSlab* ImmutableSlab::create(std::shared_ptr<ClientImpl> c, uint32_t poo
 
 void ImmutableSlab::drop(ImmutableEntry* e) {
   ImmutableSlab* slab = of(e);
-  if (slab->client) slab->client->conn->release(slab->pool, /*immutable=*/true, e->ref);
+  if (slab->client)
+    slab->client->release(slab->pool, slab->incarnation, /*immutable=*/true, e->ref);
   if (slab->live.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   ImmutableEntry* es = slab->entries();
   for (uint32_t i = 0; i < slab->count; ++i) es[i].~ImmutableEntry();

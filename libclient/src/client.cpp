@@ -15,6 +15,7 @@ using detail::ClientImpl;
 using proto::Opcode;
 
 std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                                            uint32_t incarnation,
                                             const std::vector<pool::BlockRef>& refs,
                                             std::span<const SequenceHash> hashes);
 
@@ -22,12 +23,12 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
 
 // ---- Pool --------------------------------------------------------------------------------
 
-const std::string& Pool::name() const { return client_->conn->pools()[index_].name; }
-const LayoutConfig& Pool::layout() const { return client_->conn->pools()[index_].layout.config(); }
+const std::string& Pool::name() const { return client_->conn().pools()[index_].name; }
+const LayoutConfig& Pool::layout() const { return client_->conn().pools()[index_].layout.config(); }
 
-DType Pool::dtype() const { return dtype_from_shm(client_->conn->pools()[index_].info.dtype); }
+DType Pool::dtype() const { return dtype_from_shm(client_->conn().pools()[index_].info.dtype); }
 
-HashScheme Pool::hash_scheme() const { return client_->conn->pools()[index_].hash_scheme(); }
+HashScheme Pool::hash_scheme() const { return client_->conn().pools()[index_].hash_scheme(); }
 
 Status Pool::check_hash_scheme(HashScheme worker_scheme) const {
   const HashScheme pool_scheme = hash_scheme();
@@ -42,11 +43,11 @@ Status Pool::check_hash_scheme(HashScheme worker_scheme) const {
 }
 
 Pool::Storage Pool::storage() const {
-  return client_->conn->pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
+  return client_->conn().pools()[index_].is_device() ? Storage::kCuda : Storage::kHost;
 }
 
 Result<int> Pool::cuda_device() const {
-  const auto& p = client_->conn->pools()[index_];
+  const auto& p = client_->conn().pools()[index_];
   if (!p.device)
     return Status(ErrorCode::kInvalidState,
                   "pool '" + p.name + "' is a host pool: it has no CUDA device");
@@ -58,9 +59,10 @@ class PoolAccess {
  public:
   static void forget(MutableBlock& b) { b.client_.reset(); }
   static bool issued_by(const MutableBlock& b, const ClientImpl* c) { return b.client_.get() == c; }
-  static MutableBlock make_mutable(std::shared_ptr<ClientImpl> c, uint32_t pool, pool::BlockRef ref,
-                                   uint32_t page) {
-    return MutableBlock(std::move(c), pool, ref.id, ref.generation, page);
+  static uint32_t incarnation(const MutableBlock& b) { return b.incarnation_; }
+  static MutableBlock make_mutable(std::shared_ptr<ClientImpl> c, uint32_t pool,
+                                   uint32_t incarnation, pool::BlockRef ref, uint32_t page) {
+    return MutableBlock(std::move(c), pool, incarnation, ref.id, ref.generation, page);
   }
   static ImmutableBlock make_immutable(detail::ImmutableEntry* e) { return ImmutableBlock(e); }
 };
@@ -72,7 +74,7 @@ namespace {
 // of staying held, or active and never evictable, until the client exits. get() disarms it.
 struct AnswerGuard {
   std::shared_ptr<ClientImpl> c;
-  uint64_t corr = 0;
+  detail::Call call;
   uint32_t pool = 0;
   bool immutable = false;
   std::shared_ptr<std::vector<MutableBlock>> handed_over;  // register: the caller's blocks
@@ -88,45 +90,50 @@ struct AnswerGuard {
         mine.push_back({b.block_id(), b.generation()});
         PoolAccess::forget(b);  // the answer decides who releases them
       }
+      c->forget_mutable(pool, mine);
     }
-    c->conn->abandon(corr, pool, immutable, std::move(mine));
+    call.conn->abandon(call.corr, pool, immutable, std::move(mine));
   }
 };
 
 std::shared_ptr<AnswerGuard> guard_for(const std::shared_ptr<ClientImpl>& c,
-                                       const Result<uint64_t>& corr, uint32_t pool,
+                                       const Result<detail::Call>& corr, uint32_t pool,
                                        bool immutable) {
   auto g = std::make_shared<AnswerGuard>();
   g->c = c;
   g->pool = pool;
   g->immutable = immutable;
   g->armed = corr.is_ok();
-  if (corr) g->corr = *corr;
+  if (corr) g->call = *corr;
   return g;
 }
 
 // The answer half of allocate, shared by the blocking and the async form.
 Result<std::vector<MutableBlock>> finish_allocate(const std::shared_ptr<ClientImpl>& c,
                                                   uint32_t pool, uint32_t page,
-                                                  const Result<uint64_t>& corr) {
+                                                  const Result<detail::Call>& corr) {
   if (!corr) return corr.status();
-  auto r = c->conn->wait(*corr);
+  auto r = corr->conn->wait(corr->corr);
   if (!r) return r.status();
   if (r->code != ErrorCode::kOk) return r->status();
+  auto inc = c->took(*corr, pool, r->refs, /*immutable=*/false);
+  if (!inc) return inc.status();
   std::vector<MutableBlock> out;
   out.reserve(r->refs.size());
-  for (auto ref : r->refs) out.push_back(PoolAccess::make_mutable(c, pool, ref, page));
+  for (auto ref : r->refs) out.push_back(PoolAccess::make_mutable(c, pool, *inc, ref, page));
   return out;
 }
 
 Result<std::vector<ImmutableBlock>> finish_match(const std::shared_ptr<ClientImpl>& c,
-                                                 uint32_t pool, const Result<uint64_t>& corr,
+                                                 uint32_t pool, const Result<detail::Call>& corr,
                                                  std::span<const SequenceHash> hashes) {
   if (!corr) return corr.status();
-  auto r = c->conn->wait(*corr);
+  auto r = corr->conn->wait(corr->corr);
   if (!r) return r.status();
   if (r->code != ErrorCode::kOk) return r->status();
-  return make_immutables(c, pool, r->refs, hashes);
+  auto inc = c->took(*corr, pool, r->refs, /*immutable=*/true);
+  if (!inc) return inc.status();
+  return make_immutables(c, pool, *inc, r->refs, hashes);
 }
 
 }  // namespace
@@ -134,12 +141,12 @@ Result<std::vector<ImmutableBlock>> finish_match(const std::shared_ptr<ClientImp
 // The blocking forms call the answer half directly: no future's shared state, no copy of
 // the request (a few hundred ns of a ~10 us round trip).
 Result<std::vector<MutableBlock>> Pool::allocate_blocks(uint32_t count) {
-  auto corr = client_->conn->send(Opcode::kAllocate, index_, count, nullptr, 0);
+  auto corr = client_->send(Opcode::kAllocate, index_, count, nullptr, 0);
   return finish_allocate(client_, index_, layout().page_size, corr);
 }
 
 std::future<Result<std::vector<MutableBlock>>> Pool::allocate_blocks_async(uint32_t count) {
-  auto corr = client_->conn->send(Opcode::kAllocate, index_, count, nullptr, 0);
+  auto corr = client_->send(Opcode::kAllocate, index_, count, nullptr, 0);
   auto c = client_;
   uint32_t pool = index_;
   uint32_t page = layout().page_size;
@@ -155,7 +162,7 @@ namespace {
 // The request half of register, shared by the blocking and the async form: validates the
 // caller's blocks, sends them, and keeps them (the daemon decides their fate).
 struct RegisterCall {
-  Result<uint64_t> corr;
+  Result<detail::Call> corr;
   std::shared_ptr<std::vector<MutableBlock>> keep;
   std::vector<SequenceHash> hashes;
 };
@@ -170,7 +177,7 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
   // (mutable), so nobody else may be writing it.
   const std::byte* base = nullptr;
   if (options.checksum) {
-    const detail::PoolView& view = c->conn->pools()[pool];
+    const detail::PoolView& view = c->conn().pools()[pool];
     if (view.is_device()) {
       bad = Status(ErrorCode::kUnsupported,
                    "pool '" + pool_name +
@@ -202,6 +209,13 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                        "through the Client (and pool) that allocated it");
       break;
     }
+    // A block a restarted kvpoold did not give back: its id may be another's there now.
+    if (Status kept =
+            c->check_handle(pool, PoolAccess::incarnation(b), {b.block_id(), b.generation()});
+        !kept.is_ok()) {
+      bad = Status(kept.code(), "block " + std::to_string(i) + ": " + kept.message());
+      break;
+    }
     auto seq = b.state().sequence_hash();
     auto bh = b.state().block_hash();
     if (!seq || !bh || !b.state().is_complete()) {
@@ -220,13 +234,13 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                                   parent ? 1u : 0u,
                                   kNoChecksum};
     if (base != nullptr)
-      items[i].checksum = block_checksum(base, c->conn->pools()[pool].layout, b.block_id());
+      items[i].checksum = block_checksum(base, c->conn().pools()[pool].layout, b.block_id());
     hashes[i] = *seq;
   }
-  Result<uint64_t> corr =
-      bad.is_ok() ? c->conn->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
-                                  items.data(), items.size() * sizeof(pool::RegisterItem))
-                  : Result<uint64_t>(bad);
+  Result<detail::Call> corr =
+      bad.is_ok() ? c->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
+                            items.data(), items.size() * sizeof(pool::RegisterItem))
+                  : Result<detail::Call>(bad);
   // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
   // they are forgotten without releasing once the answer says so. On failure nothing
   // changed daemon-side and the vector's destructor releases them as usual.
@@ -237,11 +251,16 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
 Result<std::vector<ImmutableBlock>> finish_register(const std::shared_ptr<ClientImpl>& c,
                                                     uint32_t pool, const RegisterCall& call) {
   if (!call.corr) return call.corr.status();
-  auto r = c->conn->wait(*call.corr);
+  auto r = call.corr->conn->wait(call.corr->corr);
   if (!r) return r.status();
   if (r->code != ErrorCode::kOk) return r->status();
+  std::vector<pool::BlockRef> handed;
+  handed.reserve(call.keep->size());
+  for (auto& b : *call.keep) handed.push_back({b.block_id(), b.generation()});
+  auto inc = c->registered(*call.corr, pool, handed, r->refs);
+  if (!inc) return inc.status();
   for (auto& b : *call.keep) PoolAccess::forget(b);
-  return make_immutables(c, pool, r->refs, call.hashes);
+  return make_immutables(c, pool, *inc, r->refs, call.hashes);
 }
 
 }  // namespace
@@ -278,8 +297,8 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
 
 Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
     std::span<const SequenceHash> hashes) {
-  auto corr = client_->conn->send(Opcode::kMatch, index_, static_cast<uint32_t>(hashes.size()),
-                                  hashes.data(), hashes.size() * sizeof(SequenceHash));
+  auto corr = client_->send(Opcode::kMatch, index_, static_cast<uint32_t>(hashes.size()),
+                            hashes.data(), hashes.size() * sizeof(SequenceHash));
   return finish_match(client_, index_, corr, hashes);
 }
 
@@ -287,8 +306,8 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_asy
     std::span<const SequenceHash> hashes) {
   auto c = client_;
   uint32_t pool = index_;
-  auto corr = c->conn->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()),
-                            hashes.data(), hashes.size() * sizeof(SequenceHash));
+  auto corr = c->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()), hashes.data(),
+                      hashes.size() * sizeof(SequenceHash));
   // The caller's span may be gone by the time the future is read: keep a copy.
   std::vector<SequenceHash> h(hashes.begin(), hashes.end());
   auto guard = guard_for(c, corr, pool, /*immutable=*/true);
@@ -301,7 +320,7 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_asy
 // ---- per-block checksums --------------------------------------------------------------------
 
 Result<std::vector<ChecksumResult>> Pool::verify_blocks(std::span<const ImmutableBlock> blocks) {
-  const detail::PoolView& view = client_->conn->pools()[index_];
+  const detail::PoolView& view = client_->conn().pools()[index_];
   if (view.is_device())
     return Status(ErrorCode::kUnsupported,
                   "pool '" + view.name + "' is a device pool: block checksums need a host pool");
@@ -323,8 +342,8 @@ Result<std::vector<ChecksumResult>> Pool::verify_blocks(std::span<const Immutabl
   out.reserve(refs.size());
   for (size_t at = 0; at < refs.size(); at += per) {
     const auto n = static_cast<uint32_t>(std::min<uint64_t>(per, refs.size() - at));
-    auto r = client_->conn->call(Opcode::kVerify, index_, n, refs.data() + at,
-                                 n * sizeof(pool::BlockRef));
+    auto r =
+        client_->call(Opcode::kVerify, index_, n, refs.data() + at, n * sizeof(pool::BlockRef));
     if (!r) return r.status();
     if (r->code != ErrorCode::kOk) return r->status();
     if (r->refs.size() != n)
@@ -362,7 +381,7 @@ Result<ScrubStep> Pool::scrub_step(uint32_t start_block, uint64_t byte_budget) {
     return Status(ErrorCode::kUnsupported,
                   "pool '" + name() + "' is a device pool: block checksums need a host pool");
   const proto::ScrubRequest rq{start_block, 0, byte_budget};
-  auto r = client_->conn->call(Opcode::kScrub, index_, 1, &rq, sizeof(rq));
+  auto r = client_->call(Opcode::kScrub, index_, 1, &rq, sizeof(rq));
   if (!r) return r.status();
   if (r->code != ErrorCode::kOk) return r->status();
   // The answer's words: a ScrubSummary, then `reported` ScrubMismatch.
@@ -391,6 +410,7 @@ Result<ScrubStep> Pool::scrub_step(uint32_t start_block, uint64_t byte_budget) {
 namespace {
 
 std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                                            uint32_t incarnation,
                                             const std::vector<pool::BlockRef>& refs,
                                             std::span<const SequenceHash> hashes) {
   std::vector<ImmutableBlock> out;
@@ -398,7 +418,7 @@ std::vector<ImmutableBlock> make_immutables(const std::shared_ptr<ClientImpl>& c
   out.reserve(refs.size());
   // One allocation for every handle of the answer; each ImmutableBlock adopts its entry's
   // first copy.
-  detail::ImmutableSlab* slab = detail::ImmutableSlab::create(c, pool, refs, hashes);
+  detail::ImmutableSlab* slab = detail::ImmutableSlab::create(c, pool, incarnation, refs, hashes);
   detail::ImmutableEntry* e = slab->entries();
   for (uint32_t i = 0; i < slab->count; ++i) out.push_back(PoolAccess::make_immutable(&e[i]));
   return out;
@@ -417,11 +437,12 @@ Result<Client> Client::connect(std::string_view instance, const ConnectOptions& 
   o.pin_host_pools = options.pin_host_pools;
   auto conn = detail::Connection::open(std::string(instance), o);
   if (!conn) return conn.status();
-  return Client(std::make_shared<ClientImpl>(std::move(conn.value())));
+  detail::ReattachPolicy r{options.reattach, options.reattach_timeout};
+  return Client(std::make_shared<ClientImpl>(std::move(conn.value()), std::string(instance), o, r));
 }
 
 Result<Pool> Client::pool(std::string_view name) const {
-  const auto& pools = impl_->conn->pools();
+  const auto& pools = impl_->conn().pools();
   std::string known;
   for (uint32_t i = 0; i < pools.size(); ++i) {
     if (pools[i].name != name) continue;
@@ -439,18 +460,18 @@ Result<Pool> Client::pool(std::string_view name) const {
 
 std::vector<std::string> Client::pool_names() const {
   std::vector<std::string> out;
-  for (auto& p : impl_->conn->pools()) out.push_back(p.name);
+  for (auto& p : impl_->conn().pools()) out.push_back(p.name);
   return out;
 }
 
 Status Client::ping() {
-  auto r = impl_->conn->call(Opcode::kPing, 0, 0, nullptr, 0);
+  auto r = impl_->call(Opcode::kPing, 0, 0, nullptr, 0);
   if (!r) return r.status();
   return r->status();
 }
 
-void Client::flush() { impl_->conn->flush(); }
-bool Client::daemon_alive() const { return !impl_->conn->gone(); }
-uint32_t Client::slot() const { return impl_->conn->slot(); }
+void Client::flush() { impl_->conn().flush(); }
+bool Client::daemon_alive() const { return !impl_->conn().gone(); }
+uint32_t Client::slot() const { return impl_->conn().slot(); }
 
 }  // namespace kvpool

@@ -1,9 +1,15 @@
-// What the public handles share: the connection, and the per-block state of immutables.
+// What the public handles share: the connection to kvpoold (replaced when the client
+// reattaches to a restarted daemon), what this client holds, and the per-block state of
+// immutables.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "connection.hpp"
 #include "device_view.hpp"
@@ -11,33 +17,127 @@
 
 namespace kvpool::detail {
 
+struct ReattachPolicy {
+  bool enabled = true;
+  std::chrono::milliseconds wait{15000};
+};
+
+// One request on its way: the connection it went out on, and its correlation id there.
+struct Call {
+  Connection* conn = nullptr;
+  uint64_t corr = 0;
+};
+
+// What this client holds in one pool, one 64-bit word per block: its generation (high
+// half), whether it is our mutable block (bit 31), whether the daemon refused to give it
+// back at a reattach (bit 30, "lost"), and our immutable references on it (bits 0-29).
+// It is what a reattach claims back (daemon/previous_clients.hpp): the daemon's own record
+// cannot tell a release that was on its way when the daemon died from one never made.
+// Pages are zero until touched (an anonymous mapping): a pool of 1M blocks costs 8 MiB of
+// address space, and memory only where this client held blocks.
+class HeldTable {
+ public:
+  static constexpr uint64_t kMutable = 1ull << 31;
+  static constexpr uint64_t kLost = 1ull << 30;
+  static constexpr uint64_t kCountMask = kLost - 1;
+
+  HeldTable() = default;
+  explicit HeldTable(uint32_t blocks);
+  HeldTable(HeldTable&& o) noexcept;
+  HeldTable& operator=(HeldTable&& o) noexcept;
+  ~HeldTable();
+
+  uint32_t size() const { return blocks_; }
+  uint64_t load(uint32_t id) const {
+    return id < blocks_ ? words_[id].load(std::memory_order_relaxed) : 0;
+  }
+  void store(uint32_t id, uint64_t w) {
+    if (id < blocks_) words_[id].store(w, std::memory_order_relaxed);
+  }
+  static uint32_t generation_of(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+
+ private:
+  std::atomic<uint64_t>* words_ = nullptr;
+  uint32_t blocks_ = 0;
+};
+
 class ClientImpl {
  public:
-  explicit ClientImpl(std::unique_ptr<Connection> c) : conn(std::move(c)) {}
-  std::unique_ptr<Connection> conn;
+  ClientImpl(std::unique_ptr<Connection> c, std::string instance, ConnectionOptions options,
+             ReattachPolicy reattach);
+  ~ClientImpl();
+
+  // The current connection (its pools' names and shapes never change: a reattach keeps
+  // them). Connections this client had before a reattach live as long as it does, so a
+  // pointer to one, or to memory it mapped, stays valid.
+  Connection& conn() const { return *current_.load(std::memory_order_acquire); }
+
+  // Sends one request on the current connection; when its daemon is gone and reattach is
+  // on, first waits (up to the policy's bound) for a restarted daemon and reattaches.
+  Result<Call> send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
+                    size_t item_bytes);
+  Result<Response> call(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
+                        size_t item_bytes);
+
+  // ---- what this client holds ----
+  uint32_t incarnation(uint32_t pool) const {
+    return incarnations_[pool].load(std::memory_order_acquire);
+  }
+  // An answer on `call` gave us `refs` (immutable: a reference each; else mutable blocks).
+  // Returns the pool's incarnation their handles carry. kDaemonGone when the client
+  // reattached since the call went out: the new daemon does not know them as ours, and
+  // they must not be used.
+  Result<uint32_t> took(const Call& call, uint32_t pool, std::span<const pool::BlockRef> refs,
+                        bool immutable);
+  // A register on `call` answered: `handed` (our mutable blocks) are the daemon's now,
+  // `refs` our references. As took().
+  Result<uint32_t> registered(const Call& call, uint32_t pool,
+                              std::span<const pool::BlockRef> handed,
+                              std::span<const pool::BlockRef> refs);
+  // Our mutable blocks that an abandoned answer's owner (Connection::abandon) disposes of.
+  void forget_mutable(uint32_t pool, std::span<const pool::BlockRef> refs);
+  // A handle of `incarnation` goes: one reference (immutable) or the mutable block back.
+  void release(uint32_t pool, uint32_t incarnation, bool immutable, pool::BlockRef ref);
 
   // A pool's base in this process: the host mapping, or (device pools) the device pointer
   // of the daemon's slab, opened on first use.
   // `readonly`: host pools answer from the PROT_READ mapping, so that a write through an
   // immutable block's address faults in the writer instead of corrupting every reader.
-  Result<std::byte*> base(uint32_t pool, bool readonly = false) const {
-    const PoolView& p = conn->pools()[pool];
-    if (p.device) return p.device->base();
-    if (!p.data.data())
-      return Status(ErrorCode::kPermissionDenied,
-                    "pool '" + p.name + "' is not open to this client (its allowed_uids/gids)");
-    return static_cast<std::byte*>(readonly ? p.data_ro.data() : p.data.data());
-  }
+  Result<std::byte*> base(uint32_t pool, bool readonly = false) const;
+  // kInvalidHandle when a reattach did not keep the block of a handle issued under
+  // `incarnation` (its pool's memory is new, or the daemon did not give it back).
+  Status check_handle(uint32_t pool, uint32_t incarnation, pool::BlockRef ref) const;
+  // Where block `ref` of a handle issued under `incarnation` lies; an error when a
+  // reattach did not keep it.
+  Result<std::byte*> address(uint32_t pool, uint32_t incarnation, pool::BlockRef ref,
+                             uint32_t layer, uint32_t outer, bool readonly = false) const;
 
-  Result<std::byte*> address(uint32_t pool, uint32_t id, uint32_t layer, uint32_t outer,
-                             bool readonly = false) const {
-    const PoolView& p = conn->pools()[pool];
-    auto off = p.layout.offset(id, layer, outer);
-    if (!off) return off.status();
-    auto b = base(pool, readonly);
-    if (!b) return b.status();
-    return *b + *off;
-  }
+ private:
+  Result<Connection*> usable();
+  Result<Connection*> reattach(Connection* dead);
+  Result<std::unique_ptr<Connection>> reconnect();
+  Status check_same_pools(const Connection& old, const Connection& fresh) const;
+  Status claim_back(Connection& old, Connection& fresh);  // mu_ held
+  void count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable);
+
+  const std::string instance_;
+  const ConnectionOptions options_;
+  const ReattachPolicy reattach_;
+
+  std::mutex reattach_mutex_;  // one reattach at a time
+  Status failed_;              // a reattach that cannot succeed (reattach_mutex_)
+  // Held for every change of what we hold and for the swap of connections: a release is
+  // counted and sent on the connection current at that moment, never half on each side
+  // of a reattach's claim.
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // the current one last (mu_)
+  std::atomic<Connection*> current_;
+  std::vector<HeldTable> held_;  // per pool (mu_; address() reads words lock-free)
+  std::unique_ptr<std::atomic<uint32_t>[]> incarnations_;  // per pool: bumped when reset
+  // Per pool: the connection whose mapping of the pool's memory addresses come from. An
+  // adopted pool keeps the first one (the same file), so an address taken before a restart
+  // stays the address of the block; a pool whose memory is new takes the new connection's.
+  std::unique_ptr<std::atomic<const Connection*>[]> mapped_by_;
 };
 
 // The immutable blocks of one answer, in one allocation (a match of 64 blocks used to cost
@@ -56,11 +156,12 @@ struct ImmutableEntry {
 struct ImmutableSlab {
   std::shared_ptr<ClientImpl> client;
   uint32_t pool = 0;
+  uint32_t incarnation = 0;  // ClientImpl::incarnation(pool) when the answer came
   uint32_t count = 0;
   std::atomic<uint32_t> live{0};  // entries whose copies have not all gone
 
   // One allocation: the slab, then `refs.size()` entries (each starts with one copy).
-  static ImmutableSlab* create(std::shared_ptr<ClientImpl> c, uint32_t pool,
+  static ImmutableSlab* create(std::shared_ptr<ClientImpl> c, uint32_t pool, uint32_t incarnation,
                                std::span<const pool::BlockRef> refs,
                                std::span<const SequenceHash> hashes);
   static ImmutableSlab* of(const ImmutableEntry* e);

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,8 +145,8 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
     info.name[sizeof(info.name) - 1] = '\0';
     auto layout = Layout::create(info.layout);
     if (!layout) return layout.status();
-    PoolView view{info.name,      info,      layout.value(), shm::Segment(),
-                  shm::Segment(), usable(i), nullptr,        nullptr};
+    PoolView view{info.name, info, layout.value(), shm::Segment(), shm::Segment(), usable(i),
+                  0,         0,    nullptr,        nullptr};
     if (!view.usable) {
       // Closed to us by its allow-lists: listed (so pool indices match), never mapped.
     } else if (view.is_device()) {
@@ -155,6 +156,10 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
       view.device = std::make_shared<DeviceView>(info);
     } else {
       shm::UniqueFd data_fd = std::move((*fds)[next_fd++]);
+      struct stat st {};
+      if (::fstat(data_fd.get(), &st) != 0) return io_error("fstat pool descriptor", errno);
+      view.data_dev = st.st_dev;
+      view.data_ino = st.st_ino;
       auto ro_fd = shm::UniqueFd(::fcntl(data_fd.get(), F_DUPFD_CLOEXEC, 0));
       if (!ro_fd) return io_error("dup pool descriptor", errno);
       auto data = shm::Segment::map_fd(std::move(data_fd), true);
@@ -265,6 +270,11 @@ Status Connection::gone_status(const std::string& when) const {
       return Status(ErrorCode::kDisconnected, disconnect_reason_ + " (" + when + ")");
   }
   return proto::daemon_gone(when);
+}
+
+Status Connection::gone_reason() const {
+  if (Status s = check_usable(); !s.is_ok()) return s;
+  return gone_status("now");
 }
 
 Status Connection::check_usable() const {

@@ -49,6 +49,10 @@ struct PoolView {
   shm::Segment data;     // host pools: the block bytes, mapped read-write
   shm::Segment data_ro;  // the same bytes mapped read-only: immutable blocks' addresses
   bool usable = true;    // false: closed to this client by the pool's allow-lists
+  // Host pools: the data segment's file (st_dev, st_ino): a restarted daemon that adopted
+  // the pool hands out the same one.
+  uint64_t data_dev = 0;
+  uint64_t data_ino = 0;
   // Host pools with pin_host_pools: the cudaHostRegister of `data`. Declared after `data`
   // so that it is dropped (unregistered) before the mapping goes.
   std::shared_ptr<cuda::HostRegistration> pinned;
@@ -79,6 +83,13 @@ class Connection {
 
   uint32_t slot() const { return slot_; }
   uint32_t generation() const { return generation_; }
+  // The daemon's start epoch (ControlHeader::restart): what a reattach names it by.
+  uint64_t epoch() const { return control().restart.epoch; }
+  // The request a reattach's claims must fit in (bytes of items after the header).
+  uint64_t max_request_payload() const { return requests_->max_payload(); }
+  // Why calls fail now that the daemon is gone: kDaemonGone, or kDisconnected when it cut
+  // us off (or we forked).
+  Status gone_reason() const;
   const std::vector<PoolView>& pools() const { return pools_; }
   const shm::ControlHeader& control() const { return control_.header(); }
   // The daemon died, stopped, or cut us off.

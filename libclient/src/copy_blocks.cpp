@@ -9,8 +9,8 @@ namespace kvpool {
 
 Status copy_blocks(const Pool& src, std::span<const uint32_t> src_ids, const Pool& dst,
                    std::span<const uint32_t> dst_ids, void* cuda_stream) {
-  const detail::PoolView& sv = src.client_->conn->pools()[src.index_];
-  const detail::PoolView& dv = dst.client_->conn->pools()[dst.index_];
+  const detail::PoolView& sv = src.client_->conn().pools()[src.index_];
+  const detail::PoolView& dv = dst.client_->conn().pools()[dst.index_];
   const std::string what = "copy_blocks '" + sv.name + "' -> '" + dv.name + "': ";
   const bool same_pool = src.client_ == dst.client_ && src.index_ == dst.index_;
   auto ops = plan_block_copies(sv.layout, src_ids, dv.layout, dst_ids, same_pool);

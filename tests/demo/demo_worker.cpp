@@ -5,7 +5,8 @@
 //   kvpool_demo_worker --instance I --runtime-dir D --seconds S --seed N [--pool g2]
 //                      [--decode-us N] [--priorities N]
 // scripts/stress.sh drives the same worker with --decode-us 0 and random priorities.
-// Exit codes: 0 ok, 1 corrupt block seen, 2 cannot attach, 3 the daemon went away.
+// Exit codes: 0 ok, 1 corrupt block seen, 2 cannot attach, 3 the daemon went away (with
+// --reattach 1: and no kvpoold came back in time), 4 a held handle failed on use.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   double seconds = 5;
   uint64_t seed = 1;
   uint32_t decode_us = 600, priorities = 1;
+  bool reattach = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--instance") instance = argv[i + 1];
@@ -45,9 +47,13 @@ int main(int argc, char** argv) {
     else if (k == "--pool") pool_name = argv[i + 1];
     else if (k == "--decode-us") decode_us = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (k == "--priorities") priorities = std::max(1, std::atoi(argv[i + 1]));
+    else if (k == "--reattach") reattach = std::atoi(argv[i + 1]) != 0;
   }
   ConnectOptions o;
   o.runtime_dir = runtime_dir;
+  // --reattach 1: ride through a restart of kvpoold (ConnectOptions::reattach); otherwise
+  // exit 3 at its death, as the stress tool's plain restarts expect.
+  o.reattach = reattach;
   // A worker started while kvpoold restarts waits for it (bounded), as a real one would.
   auto client = Client::connect(instance, o);
   for (int tries = 0; !client && tries < 500 &&
@@ -77,6 +83,7 @@ int main(int argc, char** argv) {
     for (uint32_t t = 0; t < 8 * page; ++t) system_prompts[s].push_back(1000 * (s + 1) + t);
 
   uint64_t requests = 0, prompt_blocks = 0, matched_blocks = 0, corrupt = 0, errors = 0;
+  int gone_in_a_row = 0;
   auto end = Clock::now() + std::chrono::duration<double>(seconds);
   while (Clock::now() < end) {
     std::vector<Token> prompt = system_prompts[rng() % 4];
@@ -89,8 +96,12 @@ int main(int argc, char** argv) {
     ++requests;
     prompt_blocks += hashes.size();
 
+    // kDaemonGone: kvpoold died. Without --reattach, exit 3. With it, the call in flight
+    // failed (whether kvpoold did it is unknown) and the next call reattaches: drop this
+    // request and go on; a second one in a row means no kvpoold came back in time.
     auto gone = [&](const Status& st) {
       if (st.code() != ErrorCode::kDaemonGone) return false;
+      if (reattach && ++gone_in_a_row < 2) return true;
       std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed), st.to_string().c_str());
       std::exit(3);
     };
@@ -100,11 +111,20 @@ int main(int argc, char** argv) {
       ++errors;
       continue;
     }
+    gone_in_a_row = 0;
     matched_blocks += hit->size();
     for (auto& b : *hit) {  // a shared block holds exactly what its writer wrote
       for (uint32_t l = 0; l < L.num_layers; ++l)
         for (uint32_t o2 = 0; o2 < L.outer_dim; ++o2) {
-          const std::byte* p = *b.address(l, o2);
+          // Valid across a reattach too (the handles are given back, same memory); a
+          // handle that was not is an error, never an address.
+          auto a = b.address(l, o2);
+          if (!a) {
+            std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed),
+                         a.status().to_string().c_str());
+            return 4;
+          }
+          const std::byte* p = *a;
           for (uint64_t i = 0; i < region; i += 97)
             if (static_cast<uint8_t>(p[i]) != pattern(b.sequence_hash(), i)) {
               ++corrupt;
@@ -133,7 +153,13 @@ int main(int argc, char** argv) {
         SequenceHash h = *b.sequence_hash();
         for (uint32_t l = 0; l < L.num_layers; ++l)
           for (uint32_t o2 = 0; o2 < L.outer_dim; ++o2) {
-            std::byte* p = *b.address(l, o2);
+            auto a = b.address(l, o2);
+            if (!a) {
+              std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed),
+                           a.status().to_string().c_str());
+              return 4;
+            }
+            std::byte* p = *a;
             for (uint64_t i = 0; i < region; ++i) p[i] = static_cast<std::byte>(pattern(h, i));
           }
       }

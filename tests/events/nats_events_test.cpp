@@ -230,8 +230,9 @@ TEST_F(NatsEvents, ARestartedDaemonIsAnEmptyWorker) {
 }
 
 // A daemon killed and restarted by its supervisor adopts its pool (README "Restarts and
-// upgrades"): the forwarder attaches to the new epoch and resyncs (cleared, then every
-// registered block), so the router still places the old prefix on the worker.
+// upgrades"): the forwarder publishes what the dead daemon's ring still held, attaches to
+// the new epoch and, since it adopted every pool and dropped nothing, sends no resync: the
+// router's view holds, and it still places the old prefix on the worker.
 TEST_F(NatsEvents, AnAdoptingDaemonKeepsItsBlocksAtTheRouter) {
   start_cluster(2, 65536, /*supervised=*/true);
   const auto p1 = token_range(1, 2 * kPage);
@@ -260,6 +261,10 @@ TEST_F(NatsEvents, AnAdoptingDaemonKeepsItsBlocksAtTheRouter) {
   std::snprintf(hex, sizeof(hex), "epoch %016llx", static_cast<unsigned long long>(epoch));
   wait_until([&] { return fwd_[0]->stderr_text().find(hex) != std::string::npos; }, 20s,
              "the forwarder on the new daemon", [&] { return logs(); });
+  EXPECT_NE(fwd_[0]->stderr_text().find("dropped no block: the routers' view holds, no resync"),
+            std::string::npos)
+      << logs();
+  EXPECT_EQ(fwd_[0]->stderr_text().find("resync (after a gap)"), std::string::npos) << logs();
   // A prefix registered on the new daemon reaches the router after the resync (one
   // publisher, in order): then p1 must be there, re-stored by the resync after its cleared.
   Client a = connect(0);

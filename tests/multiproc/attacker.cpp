@@ -13,6 +13,9 @@
 //               through the read-write mapping every client of a host pool has (the
 //               cache-poisoning write that checksums detect), print "SCRIBBLED block=N" and
 //               wait for EOF on stdin
+//     reclaim --epoch E --slot S --slot-generation G --block N --generation X
+//               after a restart, claim another process's previous slot's block N (one
+//               reference) with kReclaim; print "RECLAIM code=<error name> lost=<n>"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,10 +57,19 @@ std::string errno_name(int rc) {
 int main(int argc, char** argv) {
   std::string instance, runtime_dir, attack;
   long block = -1;
+  uint64_t epoch = 0, slot = 0, slot_generation = 0, generation = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--block" && i + 1 < argc) {
       block = std::stol(argv[++i]);
+    } else if (a == "--epoch" && i + 1 < argc) {
+      epoch = std::stoull(argv[++i]);
+    } else if (a == "--slot" && i + 1 < argc) {
+      slot = std::stoull(argv[++i]);
+    } else if (a == "--slot-generation" && i + 1 < argc) {
+      slot_generation = std::stoull(argv[++i]);
+    } else if (a == "--generation" && i + 1 < argc) {
+      generation = std::stoull(argv[++i]);
     } else if (a == "--instance" && i + 1 < argc) {
       instance = argv[++i];
     } else if (a == "--runtime-dir" && i + 1 < argc) {
@@ -113,6 +125,20 @@ int main(int argc, char** argv) {
     std::string line;
     while (std::getline(std::cin, line)) {
     }
+    return 0;
+  }
+  if (attack == "reclaim") {
+    struct {
+      proto::ReclaimHeader h;
+      proto::ReclaimItem item;
+    } rq{{epoch, static_cast<uint32_t>(slot), static_cast<uint32_t>(slot_generation),
+          proto::kReclaimFinal, 0},
+         {{static_cast<uint32_t>(block), static_cast<uint32_t>(generation)}, 1, 0}};
+    auto r = conn.call(proto::Opcode::kReclaim, 0, 1, &rq, sizeof(rq));
+    if (!r) die(r.status().to_string());
+    std::printf("RECLAIM code=%s lost=%zu\n", std::string(error_code_name(r->code)).c_str(),
+                r->refs.size());
+    std::fflush(stdout);
     return 0;
   }
   die("unknown attack '" + attack + "'");

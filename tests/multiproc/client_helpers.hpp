@@ -26,11 +26,15 @@ inline bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
-inline Client connect_client(const DaemonProcess& d) {
+inline Client connect_client(const DaemonProcess& d, bool reattach = false,
+                             std::chrono::milliseconds reattach_timeout = 15s) {
   ConnectOptions o;
   o.runtime_dir = d.runtime_dir();
   o.connect_timeout = 10s;
   o.poll_us = 20;
+  // Off unless asked: most tests assert what calls say while no daemon runs.
+  o.reattach = reattach;
+  o.reattach_timeout = reattach_timeout;
   auto c = Client::connect(d.instance(), o);
   if (!c) throw HarnessError("cannot connect to kvpoold: " + c.status().to_string());
   return std::move(c.value());

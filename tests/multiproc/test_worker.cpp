@@ -289,7 +289,13 @@ void serve(Client& client, const Pool& pool, Holdings& held) {
   held.imm.clear();
 }
 
-int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pattern) {
+// Allocates, registers and matches in a loop on `threads` threads until killed. Without
+// `reattach`, exits 3 when the daemon dies. With it (ConnectOptions::reattach), a call the
+// death interrupted is dropped and the loop goes on with the next daemon; each time, the
+// immutable blocks it kept across the restart are checked byte for byte (exit 1 if one
+// differs) and "REATTACHED" is said once per thread.
+int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pattern,
+             bool reattach) {
   std::atomic<uint64_t> rounds{0};
   std::atomic<bool> announced{false};
   auto fatal = [](const Status& st) {
@@ -303,7 +309,34 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pat
     std::deque<ImmutableBlock> keep_imm;
     std::deque<MutableBlock> keep_mut;
     uint64_t done = 0;
+    bool interrupted = false;  // a call failed with kDaemonGone; the next reattaches
+    // Survivable with reattach: the death of the daemon, and a handle the restarted
+    // daemon did not give back (it proved nothing about it).
+    auto survive = [&](const Status& st) {
+      if (!reattach) return false;
+      if (st.code() == ErrorCode::kDaemonGone) {
+        interrupted = true;
+        return true;
+      }
+      return st.code() == ErrorCode::kInvalidHandle;
+    };
     while (true) {
+      if (interrupted) {
+        Status st = client.ping();  // reattaches (waits for the next daemon)
+        if (!st.is_ok()) fatal(st);
+        interrupted = false;
+        if (pattern) {
+          for (auto& b : keep_imm) {
+            auto r = check_pattern(pool, b);
+            if (!r && r.status().code() != ErrorCode::kInvalidHandle) {
+              std::fprintf(stderr, "busy worker: after a reattach: %s\n",
+                           r.status().to_string().c_str());
+              std::_Exit(1);
+            }
+          }
+        }
+        say("REATTACHED");
+      }
       const uint32_t n = 1 + static_cast<uint32_t>(rng() % 4);
       auto blocks = (rng() & 1) ? pool.allocate_blocks(n) : pool.allocate_blocks_async(n).get();
       if (!blocks) {
@@ -312,6 +345,7 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pat
           keep_mut.clear();
           continue;
         }
+        if (survive(blocks.status())) continue;
         fatal(blocks.status());
       }
       // One block stays mutable for a while; the rest become a registered chain.
@@ -322,21 +356,30 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pat
       }
       // A small token space (base among 8 values) so registrations dedup and matches hit.
       auto hashes = fill_chain(pool, *blocks, 4242, (rng() % 8) * 1000, pattern);
-      if (!hashes) fatal(hashes.status());
+      if (!hashes) {
+        if (survive(hashes.status())) continue;
+        fatal(hashes.status());
+      }
       auto reg = (rng() & 1) ? pool.register_blocks(std::move(*blocks))
                              : pool.register_blocks_async(std::move(*blocks)).get();
-      if (!reg) fatal(reg.status());
+      if (!reg) {
+        if (survive(reg.status())) continue;
+        fatal(reg.status());
+      }
       for (auto& b : *reg) keep_imm.push_back(b);
       std::vector<SequenceHash> q = *hashes;
       q.push_back(rng());  // a miss ends the prefix
       auto m =
           (rng() & 1) ? pool.match_sequence_hashes(q) : pool.match_sequence_hashes_async(q).get();
-      if (!m) fatal(m.status());
+      if (!m) {
+        if (survive(m.status())) continue;
+        fatal(m.status());
+      }
       for (auto& b : *m) keep_imm.push_back(b);
       while (keep_imm.size() > 6) keep_imm.pop_front();
       if (++done % 16 == 0) {
         Status st = client.ping();
-        if (!st.is_ok()) fatal(st);
+        if (!st.is_ok() && !survive(st)) fatal(st);
       }
       if (rounds.fetch_add(1) + 1 >= 20 && !announced.exchange(true)) say("WORKING");
     }
@@ -367,6 +410,10 @@ int main(int argc, char** argv) {
   opts.runtime_dir = a.runtime_dir;
   opts.connect_timeout = std::chrono::milliseconds(10000);
   opts.poll_us = 20;
+  // Off unless asked (--reattach 1): most scenarios assert what a worker sees while no
+  // daemon runs.
+  opts.reattach = a.get("reattach", "0") == "1";
+  opts.reattach_timeout = std::chrono::milliseconds(a.num("reattach-ms", 15000));
   auto client = Client::connect(a.instance, opts);
   if (!client) die(client.status());
   auto pool = client->pool(a.get("pool", "g"));
@@ -429,7 +476,7 @@ int main(int argc, char** argv) {
         " hashes=" + join(hashes) + " matched=" + join(matched_ids));
   } else if (a.scenario == "busy") {
     return run_busy(*client, *pool, static_cast<uint32_t>(a.num("threads", 2)),
-                    a.num("pattern", 0) != 0);
+                    a.num("pattern", 0) != 0, opts.reattach);
   } else if (a.scenario != "idle") {
     die(Status(ErrorCode::kInvalidArgument, "unknown scenario '" + a.scenario + "'"));
   }

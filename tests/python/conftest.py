@@ -54,7 +54,10 @@ def host_pool(name="g", blocks=64, page_size=4, inner_dim=16, dtype_bytes=2, kin
 class Daemon:
     """kvpoold on instance "py<pid>-<n>" in a temp runtime dir; stop() or the fixture ends it."""
 
-    def __init__(self, pools=None, poll_us=20):
+    def __init__(self, pools=None, poll_us=20, supervise=False):
+        # supervise: `kvpoold --supervise`, which keeps the segments across a kill -9 of
+        # its child and starts the next one (kill_child()).
+        self.supervise = supervise
         self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
         self.instance = f"py{os.getpid()}-{next(_counter)}"
         self.runtime_dir = self.dir
@@ -76,7 +79,8 @@ class Daemon:
                if not k.startswith(("NOTIFY_SOCKET", "RUNTIME_DIRECTORY", "WATCHDOG_", "LISTEN_"))}
         env["NOTIFY_SOCKET"] = notify_path
         with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen([binary("KVPOOLD"), "--config", self.config_path],
+            args = [binary("KVPOOLD"), "--config", self.config_path]
+            self.proc = subprocess.Popen(args + (["--supervise"] if self.supervise else []),
                                          env=env, stdout=err, stderr=err)
         try:
             deadline = time.monotonic() + 10
@@ -124,6 +128,12 @@ class Daemon:
         env["KVPOOL_INSTANCE"] = self.instance
         env["KVPOOL_RUNTIME_DIR"] = self.runtime_dir
         return env
+
+    def kill_child(self):
+        """kill -9 of the supervised kvpoold (not the supervisor); returns its epoch."""
+        st = self.status()
+        os.kill(st["daemon_pid"], signal.SIGKILL)
+        return st["epoch"]
 
     def kill(self, sig=signal.SIGKILL):
         if self.proc and self.proc.poll() is None:

@@ -79,7 +79,7 @@ def test_foreign_block_is_an_invalid_argument_or_handle(daemon_factory):
 
 
 def test_daemon_gone(daemon):
-    client = daemon.connect()
+    client = daemon.connect(reattach=False)
     pool = client.pool("g")
     client.ping()
     daemon.kill()

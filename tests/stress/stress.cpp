@@ -4,10 +4,11 @@
 // reclaimed the victim, and at the end that free + inactive + active + mutable = total, no
 // block is still held, and every registered block holds the bytes its writer wrote.
 //   kvpool_stress --workers 8 --seconds 30 --kill-interval-ms 300 --daemon-restarts 0 --seed 1
-//                 [--keep-cache]
+//                 [--keep-cache [--reattach]]
 // --keep-cache: kvpoold runs under `kvpoold --supervise`; a daemon restart is a kill -9 of
 // the daemon, whose successor adopts the pool (README "Restarts and upgrades"): the final
-// byte check then covers blocks registered before the restarts too.
+// byte check then covers blocks registered before the restarts too. --reattach: workers
+// connect with ConnectOptions::reattach and must ride through every restart (issue 15).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -43,6 +44,7 @@ struct Options {
   int kill_interval_ms = 300;
   int daemon_restarts = 0;
   bool keep_cache = false;
+  bool reattach = false;  // with keep_cache: workers ride through the restarts
   uint64_t seed = 1;
   uint32_t blocks = 2048;
   std::string kvpoold = KVPOOLD_PATH;
@@ -214,6 +216,10 @@ class Stress {
       // Workers see DaemonGone and exit 3; they are replaced once the new daemon is up.
       if (!start_daemon()) violation("kvpoold did not restart over its stale segments");
     }
+    if (o_.reattach) {
+      await_reattached(attached, end);
+      return;
+    }
     auto still_attached = [&] {
       for (auto& [pid, _] : workers_)
         if (attached.count(pid)) return true;
@@ -230,6 +236,33 @@ class Stress {
     while (static_cast<int>(workers_.size()) < o_.workers) spawn_worker(end);
   }
 
+  // --reattach: every worker attached to the killed daemon either reattaches to the next one
+  // (its pid in one of the new daemon's slots) or ends its run (exit 0) within its bound;
+  // none exits for the daemon's death.
+  void await_reattached(const std::set<pid_t>& attached, Clock::time_point end) {
+    auto waiting = [&] {
+      std::set<pid_t> back;
+      for (uint32_t i = 0; i < ctl()->max_clients; ++i)
+        if (slots()[i].state.load(std::memory_order_acquire) !=
+            static_cast<uint32_t>(shm::SlotState::kFree))
+          back.insert(static_cast<pid_t>(slots()[i].pid.load(std::memory_order_relaxed)));
+      size_t n = 0;
+      for (auto& [pid, _] : workers_) n += attached.count(pid) != 0 && back.count(pid) == 0;
+      return n;
+    };
+    const auto t0 = Clock::now();
+    auto deadline = t0 + std::chrono::seconds(20);
+    while (waiting() != 0 && Clock::now() < deadline) {
+      reap(end, /*replace=*/true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (const size_t n = waiting())
+      violation(std::to_string(n) + " worker(s) did not reattach to the next kvpoold in 20 s");
+    else
+      std::printf("every worker still running reattached within %.0f ms\n", ms_since(t0));
+    ++reattach_rounds_;
+  }
+
   void spawn_worker(Clock::time_point end) {
     double left = std::chrono::duration<double>(end - Clock::now()).count();
     if (left < 0.2) return;
@@ -240,7 +273,8 @@ class Stress {
       dup2(devnull, 1);
       execl(o_.worker.c_str(), o_.worker.c_str(), "--instance", instance_.c_str(), "--runtime-dir",
             dir_.c_str(), "--seconds", secs.c_str(), "--seed", seed.c_str(), "--decode-us", "0",
-            "--priorities", "3", static_cast<char*>(nullptr));
+            "--priorities", "3", "--reattach", o_.reattach ? "1" : "0",
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     workers_[p] = Clock::now();
@@ -260,12 +294,15 @@ class Stress {
     }
   }
 
-  // A worker that exits on its own: 0 (its run ended) and 3 (its daemon died) are fine.
+  // A worker that exits on its own: 0 (its run ended) and 3 (its daemon died; not with
+  // --reattach, where it must reattach instead) are fine.
   void check_exit(pid_t p, int st) {
     if (!WIFEXITED(st)) return;
     int code = WEXITSTATUS(st);
     if (code == 1)
       violation("worker " + std::to_string(p) + " saw a corrupt block");
+    else if (code == 3 && o_.reattach)
+      violation("worker " + std::to_string(p) + " gave up on the daemon instead of reattaching");
     else if (code != 0 && code != 3)
       violation("worker " + std::to_string(p) + " exited " + std::to_string(code));
   }
@@ -430,6 +467,9 @@ class Stress {
                   static_cast<unsigned long long>(adopted_),
                   static_cast<unsigned long long>(registered_before_),
                   100.0 * static_cast<double>(adopted_) / static_cast<double>(registered_before_));
+    if (o_.reattach)
+      std::printf("daemon restarts every running worker rode through (reattached): %d\n",
+                  reattach_rounds_);
     std::printf("reclamation, daemon clock:  kill -9 -> death noticed:  %s\n",
                 line(noticed_).c_str());
     std::printf("reclamation, daemon clock:  kill -9 -> blocks returned: %s\n",
@@ -458,6 +498,7 @@ class Stress {
   uint64_t checked_ = 0;
   uint64_t registered_before_ = 0;  // --keep-cache: registered blocks at each restart
   uint64_t adopted_ = 0;            // ... and how many of them the next daemon adopted
+  int reattach_rounds_ = 0;         // --reattach: restarts every worker rode through
 };
 
 }  // namespace
@@ -468,6 +509,10 @@ int main(int argc, char** argv) {
     std::string k = argv[i];
     if (k == "--keep-cache") {
       o.keep_cache = true;
+      continue;
+    }
+    if (k == "--reattach") {
+      o.reattach = true;
       continue;
     }
     std::string v = i + 1 < argc ? argv[++i] : "";
@@ -486,9 +531,15 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: kvpool_stress [--workers N] [--seconds S] [--kill-interval-ms M] "
-                   "[--daemon-restarts K] [--keep-cache] [--seed X] [--blocks B]\n");
+                   "[--daemon-restarts K] [--keep-cache [--reattach]] [--seed X] [--blocks B]\n");
       return 2;
     }
+  }
+  if (o.reattach && !o.keep_cache) {
+    std::fprintf(stderr,
+                 "kvpool_stress: --reattach needs --keep-cache (a plain restart keeps "
+                 "nothing to reattach to)\n");
+    return 2;
   }
   signal(SIGPIPE, SIG_IGN);
   Stress s(o);

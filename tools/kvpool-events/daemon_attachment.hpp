@@ -44,6 +44,8 @@ class DaemonAttachment {
   // registry, which the forwarder answers with a full resync.
   uint64_t daemon_epoch() const { return control_.epoch(); }
   uint32_t num_pools() const { return control_.num_pools(); }
+  // Who this daemon succeeded and what it adopted (ControlHeader::restart).
+  const shm::RestartInfo& restart() const { return control_.header().restart; }
   const shm::PoolInfo& pool_info(uint32_t i) const { return control_.pool_info(i); }
   // What the event formats need of each pool (storage, page size, hash scheme).
   std::vector<PoolMeta> pool_metas() const;

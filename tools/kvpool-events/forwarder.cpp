@@ -21,6 +21,47 @@ Forwarder::Forwarder(ForwarderOptions options, std::unique_ptr<EventOutput> outp
 
 Forwarder::~Forwarder() = default;
 
+Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
+  shm::EventRingReader& ring = daemon_->ring();
+  shm::EventRecord rec;
+  while (*read < max) {
+    auto o = ring.next(&rec);
+    if (o == shm::EventRingReader::Outcome::kEvent) {
+      output_->add(rec);
+      ++*read;
+    } else if (o == shm::EventRingReader::Outcome::kLapped) {
+      ++stats_.laps;
+      stats_.lost_events += ring.lost();
+      spdlog::warn("fell a lap behind the event ring ({} event(s) lost); resyncing", ring.lost());
+      need_resync_ = true;
+      return Drain::kLapped;
+    } else {
+      return Drain::kEmpty;
+    }
+  }
+  return Drain::kMore;
+}
+
+void Forwarder::on_daemon_gone() {
+  gone_epoch_ = 0;
+  if (need_resync_ || !output_->connected() || !output_->in_sync()) return;
+  // Its ring outlives it (our mapping): publish the rest, all of it.
+  uint32_t n = 0;
+  Drain d = Drain::kMore;
+  while (d == Drain::kMore) d = drain_ring(kRecordsPerRound, &n);
+  output_->flush();
+  if (d != Drain::kEmpty || !output_->in_sync()) return;
+  gone_epoch_ = daemon_->daemon_epoch();
+  gone_pools_ = daemon_->num_pools();
+}
+
+bool Forwarder::continues() const {
+  if (gone_epoch_ == 0 || !output_->connected() || output_->epoch() != synced_epoch_) return false;
+  const shm::RestartInfo& r = daemon_->restart();
+  return r.previous_epoch == gone_epoch_ && daemon_->num_pools() == gone_pools_ &&
+         r.adopted_pools == gone_pools_ && r.adoption_dropped_blocks == 0;
+}
+
 void Forwarder::resync(const char* why) {
   auto snap = daemon_->snapshot();
   if (!snap) {
@@ -105,17 +146,29 @@ Status Forwarder::run() {
       output_->set_pools(daemon_->pool_metas());
       attach_wait = std::chrono::milliseconds(50);
       ++stats_.attaches;
-      // A daemon of another epoch (a restart, adopting or not) has its own registry and its
-      // own ring: routers get cleared + every registered block before any of its events.
-      need_resync_ = true;
       spdlog::info("attached to kvpoold pid {} epoch {:016x} ({} pool(s), event ring of {} slots)",
                    daemon_->daemon_pid(), daemon_->daemon_epoch(), daemon_->num_pools(),
                    daemon_->ring().capacity());
+      // A daemon of another epoch has its own registry and its own ring: routers get
+      // cleared + every registered block before any of its events, unless it took over
+      // the previous one's registry whole (then they have it already).
+      if (continues()) {
+        need_resync_ = false;
+        daemon_->ring().seek(1);  // every event of the new daemon (a lap: resync)
+        spdlog::info(
+            "kvpoold epoch {:016x} adopted every pool of epoch {:016x} and dropped no block: "
+            "the routers' view holds, no resync",
+            daemon_->daemon_epoch(), gone_epoch_);
+      } else {
+        need_resync_ = true;
+      }
+      gone_epoch_ = 0;
     }
     if (now - last_check > kDaemonCheckInterval) {
       last_check = now;
       if (!daemon_->daemon_alive()) {
         spdlog::warn("kvpoold pid {} stopped; waiting for the next one", daemon_->daemon_pid());
+        on_daemon_gone();
         daemon_.reset();
         continue;
       }
@@ -147,26 +200,9 @@ Status Forwarder::run() {
       continue;
     }
     // 3. The ring.
-    shm::EventRingReader& ring = daemon_->ring();
-    shm::EventRecord rec;
     uint32_t n = 0;
-    bool drained = false;
-    while (n < kRecordsPerRound) {
-      auto o = ring.next(&rec);
-      if (o == shm::EventRingReader::Outcome::kEvent) {
-        output_->add(rec);
-        ++n;
-      } else if (o == shm::EventRingReader::Outcome::kLapped) {
-        ++stats_.laps;
-        stats_.lost_events += ring.lost();
-        spdlog::warn("fell a lap behind the event ring ({} event(s) lost); resyncing", ring.lost());
-        need_resync_ = true;
-        break;
-      } else {
-        drained = true;
-        break;
-      }
-    }
+    const Drain d = drain_ring(kRecordsPerRound, &n);
+    const bool drained = d == Drain::kEmpty;
     if (drained) output_->flush();
     if (n == 0 && drained) {
       idle(idle_rounds);

@@ -65,6 +65,16 @@ class Forwarder {
 
  private:
   void resync(const char* why);
+  // Reads up to `max` records of the ring into the output. kLapped: a resync is due.
+  enum class Drain { kMore, kEmpty, kLapped };
+  Drain drain_ring(uint32_t max, uint32_t* read);
+  // The daemon we read from is gone: what it published before dying goes out first, and
+  // whether the routers' view was then exactly its registry is remembered (continues()).
+  void on_daemon_gone();
+  // Whether the daemon just attached took over the one that died with nothing changed: it
+  // adopted every pool of it and dropped no block, and the routers had all of the old
+  // one's events. Then its registry is what they have, and no resync is needed.
+  bool continues() const;
   void idle(uint32_t& idle_rounds);
   void log_stats();
   void update_gauges();
@@ -76,6 +86,8 @@ class Forwarder {
   std::atomic<bool> stop_{false};
   bool need_resync_ = true;
   uint64_t synced_epoch_ = 0;
+  uint64_t gone_epoch_ = 0;  // the daemon that died, when the routers had all its events
+  uint32_t gone_pools_ = 0;
   std::unique_ptr<EventOutput> output_;  // last: destroyed first, before what it may call
 };
 

@@ -64,11 +64,12 @@ class MutableBlock {
  private:
   friend class Pool;
   friend class PoolAccess;
-  MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool, uint32_t id, uint32_t gen,
-               uint32_t page_size);
+  MutableBlock(std::shared_ptr<detail::ClientImpl> c, uint32_t pool, uint32_t incarnation,
+               uint32_t id, uint32_t gen, uint32_t page_size);
   void release();
   std::shared_ptr<detail::ClientImpl> client_;
   uint32_t pool_ = 0;
+  uint32_t incarnation_ = 0;  // of its pool in this client (a restart may reset the pool)
   uint32_t id_ = 0;
   uint32_t generation_ = 0;
   uint32_t priority_ = 0;

@@ -8,8 +8,9 @@
 //   auto hits = pool->match_sequence_hashes(hashes);           // longest known prefix
 //
 // Every call blocks until kvpoold answers; *_async forms send at once and return a
-// future. A Client may be used from several threads. If kvpoold dies, every call fails
-// with ErrorCode::kDaemonGone (within ~50 ms), never hangs.
+// future. A Client may be used from several threads. If kvpoold dies, the calls in flight
+// fail with ErrorCode::kDaemonGone (within ~50 ms), never hang; later calls reattach to
+// the restarted daemon, keeping the handles it proves are ours (ConnectOptions::reattach).
 //
 // Device pools (storage "cuda"): the daemon owns one CUDA allocation per pool; a client
 // opens it with cudaIpcOpenMemHandle on first use and closes it when the Client goes.
@@ -51,6 +52,15 @@ struct ConnectOptions {
   // kUnsupported when kvpool was built without CUDA, kDeviceError when CUDA cannot pin
   // (no device visible). Left false, no CUDA call is made for host pools.
   bool pin_host_pools = false;
+  // When kvpoold dies, the calls in flight fail with kDaemonGone (what they did is unknown)
+  // and so do calls while no daemon runs. With `reattach` (the default), the next call
+  // waits up to `reattach_timeout` for a kvpoold on the same instance, connects to it, and
+  // takes back what this client held: handles stay valid (same ids, same memory) where the
+  // new daemon adopted the pool and proves the block was ours; others fail with
+  // kInvalidHandle on use. A daemon with other pools (names, shapes) is not reattached to:
+  // calls fail with kDaemonGone, connect a new Client. See README "Restarts and upgrades".
+  bool reattach = true;
+  std::chrono::milliseconds reattach_timeout{15000};
 };
 
 class Pool;

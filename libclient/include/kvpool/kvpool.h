@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define KVPOOL_ABI_VERSION_MAJOR 1
-#define KVPOOL_ABI_VERSION_MINOR 0
+#define KVPOOL_ABI_VERSION_MINOR 1
 /* (major << 16) | minor: compare with kvpool_abi_version() at run time. */
 #define KVPOOL_ABI_VERSION ((KVPOOL_ABI_VERSION_MAJOR << 16) | KVPOOL_ABI_VERSION_MINOR)
 
@@ -110,6 +110,10 @@ typedef struct kvpool_connect_options {
   const char* runtime_dir;     /* NULL or "": resolved like kvpoold does */
   uint32_t poll_us;            /* µs a call polls for its answer before sleeping; default 50 */
   uint32_t pin_host_pools;     /* nonzero: cudaHostRegister host pools (CUDA builds) */
+  /* Since ABI 1.1 (struct_size says): after kvpoold dies, the next call waits up to
+   * reattach_timeout_ms for it to come back and reattaches (ConnectOptions::reattach). */
+  uint32_t reattach;            /* nonzero (the default): reattach */
+  uint32_t reattach_timeout_ms; /* default 15000 */
 } kvpool_connect_options;
 
 /* Fills *options with the defaults (struct_size included). */

@@ -157,15 +157,20 @@ class PoolObject {
 };
 
 Client connect(const std::string& instance, const std::string& runtime_dir, double connect_timeout,
-               uint32_t poll_us, bool pin_host_pools) {
+               uint32_t poll_us, bool pin_host_pools, bool reattach, double reattach_timeout) {
   if (!(connect_timeout >= 0) || !std::isfinite(connect_timeout))
     throw StatusError(
         Status(ErrorCode::kInvalidArgument, "connect_timeout must be finite and >= 0 seconds"));
+  if (!(reattach_timeout >= 0) || !std::isfinite(reattach_timeout))
+    throw StatusError(
+        Status(ErrorCode::kInvalidArgument, "reattach_timeout must be finite and >= 0 seconds"));
   ConnectOptions o;
   o.runtime_dir = runtime_dir;
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout * 1000.0));
   o.poll_us = poll_us;
   o.pin_host_pools = pin_host_pools;
+  o.reattach = reattach;
+  o.reattach_timeout = std::chrono::milliseconds(static_cast<int64_t>(reattach_timeout * 1000.0));
   auto r = without_gil([&] { return Client::connect(instance, o); });
   return check(std::move(r));
 }
@@ -266,9 +271,12 @@ PYBIND11_MODULE(_kvpool, m) {
   py::class_<Client>(m, "Client", "A connection to kvpoold; may be shared by threads.")
       .def_static("connect", &connect, py::arg("instance") = "default", py::arg("runtime_dir") = "",
                   py::arg("connect_timeout") = 5.0, py::arg("poll_us") = 50,
-                  py::arg("pin_host_pools") = false,
+                  py::arg("pin_host_pools") = false, py::arg("reattach") = true,
+                  py::arg("reattach_timeout") = 15.0,
                   "Attaches to kvpoold `instance`; runtime_dir '' resolves like the daemon does.\n"
-                  "connect_timeout in seconds.")
+                  "connect_timeout in seconds. reattach: after kvpoold dies, the next call waits\n"
+                  "up to reattach_timeout seconds for it to come back and reattaches, keeping\n"
+                  "the blocks the restarted daemon adopted (DaemonGone otherwise).")
       .def(
           "pool",
           [](const Client& c, const std::string& name) { return PoolObject(check(c.pool(name))); },

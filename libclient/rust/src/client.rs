@@ -21,6 +21,10 @@ pub struct ConnectOptions {
     pub poll_us: u32,
     /// cudaHostRegister host pools (CUDA builds only).
     pub pin_host_pools: bool,
+    /// After kvpoold dies, the next call waits up to `reattach_timeout` for it to come
+    /// back and reattaches, keeping the blocks it adopted (C++ `ConnectOptions::reattach`).
+    pub reattach: bool,
+    pub reattach_timeout: Duration,
 }
 
 impl Default for ConnectOptions {
@@ -32,6 +36,8 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_millis(o.connect_timeout_ms as u64),
             poll_us: o.poll_us,
             pin_host_pools: o.pin_host_pools != 0,
+            reattach: o.reattach != 0,
+            reattach_timeout: Duration::from_millis(o.reattach_timeout_ms as u64),
         }
     }
 }
@@ -81,6 +87,8 @@ impl Client {
         o.runtime_dir = dir.as_ref().map_or(ptr::null(), |d| d.as_ptr());
         o.poll_us = options.poll_us;
         o.pin_host_pools = options.pin_host_pools as u32;
+        o.reattach = options.reattach as u32;
+        o.reattach_timeout_ms = options.reattach_timeout.as_millis().min(u32::MAX as u128) as u32;
         let mut out = ptr::null_mut();
         check(unsafe { ffi::kvpool_connect(instance.as_ptr(), &o, &mut out) })?;
         Ok(Client {

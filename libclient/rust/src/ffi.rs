@@ -40,6 +40,8 @@ pub struct kvpool_connect_options {
     pub runtime_dir: *const c_char,
     pub poll_us: u32,
     pub pin_host_pools: u32,
+    pub reattach: u32,
+    pub reattach_timeout_ms: u32,
 }
 
 #[repr(C)]

@@ -64,6 +64,8 @@ void kvpool_connect_options_init(kvpool_connect_options* options) {
   options->runtime_dir = nullptr;
   options->poll_us = d.poll_us;
   options->pin_host_pools = d.pin_host_pools ? 1 : 0;
+  options->reattach = d.reattach ? 1 : 0;
+  options->reattach_timeout_ms = static_cast<uint32_t>(d.reattach_timeout.count());
 }
 
 kvpool_error_code kvpool_connect(const char* instance, const kvpool_connect_options* options,
@@ -85,6 +87,8 @@ kvpool_error_code kvpool_connect(const char* instance, const kvpool_connect_opti
     co.connect_timeout = std::chrono::milliseconds(o.connect_timeout_ms);
     co.poll_us = o.poll_us;
     co.pin_host_pools = o.pin_host_pools != 0;
+    co.reattach = o.reattach != 0;
+    co.reattach_timeout = std::chrono::milliseconds(o.reattach_timeout_ms);
     std::string name = instance ? instance : "default";
     auto r = Client::connect(name, co);
     if (!r) return fail(r.status());

@@ -50,8 +50,8 @@ void copy_registration(const BlockMeta& m, BlockMeta& b) {
 }  // namespace
 
 Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
-                                             std::span<const uint8_t> live_owners,
-                                             uint32_t keeper) {
+                                             std::span<const uint8_t> live_owners, uint32_t keeper,
+                                             std::vector<AdoptPin>* pins) {
   const ArenaHeader& ph = *previous.header_;
   if (ph.num_blocks != header_->num_blocks)
     return Status(ErrorCode::kInvalidState,
@@ -88,12 +88,18 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
   if (!live_owners.empty()) {
     for (uint32_t id = 0; id < n; ++id) {
       const BlockMeta& m = previous.blocks_[id];
-      if (m.state == static_cast<uint8_t>(BlockStateCode::kMutable) && live(m.owner))
+      if (m.state == static_cast<uint8_t>(BlockStateCode::kMutable) && live(m.owner)) {
         pinned[id] = 1;
+        if (pins) pins->push_back({m.owner, id, m.generation, 0});
+      }
     }
     for (uint32_t h = 0; h < ph.max_holds; ++h) {
       const HoldEntry& e = previous.holds_[h];
-      if (e.count > 0 && e.block < n && live(e.owner)) pinned[e.block] = 1;
+      if (e.count > 0 && e.block < n && live(e.owner)) {
+        pinned[e.block] = 1;
+        if (pins)
+          pins->push_back({e.owner, e.block, previous.blocks_[e.block].generation, e.count});
+      }
     }
   }
   struct Kept {

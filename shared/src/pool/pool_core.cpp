@@ -795,6 +795,47 @@ uint32_t PoolCore::release_owner(uint32_t owner) {
   return returned;
 }
 
+// ---- reattach after a restart ----------------------------------------------------------------
+
+Status PoolCore::hand_over(uint32_t keeper, uint32_t to, BlockRef ref, uint32_t references) {
+  WriteSection ws(header_->stats.write_seq);
+  KVPOOL_RETURN_IF_ERROR(check_owner(keeper));
+  KVPOOL_RETURN_IF_ERROR(check_owner(to));
+  if (ref.id >= header_->num_blocks)
+    return Status(ErrorCode::kInvalidHandle,
+                  handle_text(ref) + " does not exist in pool '" + name_ + "'");
+  BlockMeta& b = blocks_[ref.id];
+  if (b.generation != ref.generation) return stale_handle(ref, b.generation);
+  if (references == 0) {
+    if (b.state != static_cast<uint8_t>(BlockStateCode::kMutable) || b.owner != keeper)
+      return Status(ErrorCode::kInvalidHandle,
+                    handle_text(ref) + " is not a mutable block kept for a reattaching client");
+    owner_mutable_remove(keeper, ref.id);
+    owner_mutable_push(to, ref.id);
+    return Status::ok();
+  }
+  if (b.state != static_cast<uint8_t>(BlockStateCode::kActive) || holds_of(keeper, ref.id) == 0)
+    return Status(ErrorCode::kInvalidHandle,
+                  handle_text(ref) + " is not a registered block kept for a reattaching client");
+  if (holds_of(to, ref.id) == 0 && holds_free() == 0)
+    return Status(ErrorCode::kResourceExhausted,
+                  "pool '" + name_ + "' has no reference slot left (raise max_holds)");
+  for (uint32_t k = 0; k < references; ++k) add_hold(to, ref.id);
+  b.refcount += references;
+  return Status::ok();
+}
+
+bool PoolCore::release_kept(uint32_t keeper, uint32_t id) {
+  if (!check_owner(keeper).is_ok() || id >= header_->num_blocks) return false;
+  const BlockMeta& b = blocks_[id];
+  const BlockRef ref{id, b.generation};
+  if (b.state == static_cast<uint8_t>(BlockStateCode::kMutable) && b.owner == keeper)
+    return release_mutable(keeper, {&ref, 1}).is_ok();
+  if (b.state == static_cast<uint8_t>(BlockStateCode::kActive) && holds_of(keeper, id) > 0)
+    return release_immutable(keeper, {&ref, 1}).is_ok();
+  return false;
+}
+
 // ---- per-block checksums -------------------------------------------------------------------
 
 bool PoolCore::registered(uint32_t id) const {

@@ -85,6 +85,8 @@ impl Daemon {
             runtime_dir: Some(self.dir.display().to_string()),
             connect_timeout: Duration::from_secs(10),
             poll_us: 20,
+            // These tests kill the daemon and assert what calls say while none runs.
+            reattach: false,
             ..Default::default()
         };
         kvpool::Client::connect_with(&self.instance, &o).expect("connect")

@@ -65,6 +65,15 @@ struct AdoptCounts {
   bool interrupted = false;  // the previous writer died inside a call (odd write sequence)
 };
 
+// One block a client of the previous daemon that still runs held there, as adoption found
+// it (PoolCore::adopt_registry): what the client may take back when it reattaches.
+struct AdoptPin {
+  uint32_t owner;       // its previous owner (client slot)
+  uint32_t id;          // the block, now held by the keeper
+  uint32_t generation;  // unchanged by adoption
+  uint32_t references;  // the references it held; 0: its mutable block
+};
+
 struct PoolCounts {
   uint32_t total;
   uint32_t free;
@@ -155,9 +164,22 @@ class PoolCore {
   // (release_owner(keeper)) once those clients are gone.
   // kInvalidState when this core is not fresh, the shapes differ, or keeper is out of
   // range; kInternal when the result fails check_invariants (the pool then starts empty).
+  // `pins` (optional) receives what each live previous owner held, for reattach.
   Result<AdoptCounts> adopt_registry(const PoolCore& previous,
                                      std::span<const uint8_t> live_owners = {},
-                                     uint32_t keeper = kNone);
+                                     uint32_t keeper = kNone,
+                                     std::vector<AdoptPin>* pins = nullptr);
+
+  // ---- reattach after a restart (daemon/previous_clients.hpp) ----
+  // Gives owner `to` back what a reattached client held before the restart, out of what
+  // `keeper` keeps: `references` > 0: that many new references on active block `ref`
+  // (the keeper's own reference stays until release_kept); 0: mutable block `ref`, moved
+  // from the keeper's mutable blocks to `to`'s. kInvalidHandle when the block is not in
+  // that state or its generation differs; kResourceExhausted when no hold entry is left.
+  Status hand_over(uint32_t keeper, uint32_t to, BlockRef ref, uint32_t references);
+  // Drops what `keeper` keeps of block `id` (its reference, or the mutable block, which
+  // goes free). False when it keeps nothing of it.
+  bool release_kept(uint32_t keeper, uint32_t id);
 
  private:
   Status check_owner(uint32_t owner) const;

@@ -97,8 +97,12 @@ enum class Opcode : uint32_t {
                 // VerifyResult, in order. At most max(1, kChecksumBudgetBytes / block bytes).
   kScrub = 8,   // payload: one ScrubRequest (count 1). Answer: a ScrubSummary, then
                 // ScrubSummary::reported ScrubMismatch.
+  // A client of the previous daemon, reattached after a restart, takes back what it holds
+  // in `pool` (issue 15). payload: one ReclaimHeader, then count ReclaimItem. Answer: the
+  // BlockRefs of the items not given back (the client must not use those handles).
+  kReclaim = 9,
 };
-inline constexpr uint32_t kMaxOpcode = 8;
+inline constexpr uint32_t kMaxOpcode = 9;
 
 inline bool opcode_answers(Opcode op) {
   return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
@@ -196,6 +200,28 @@ static_assert(sizeof(ScrubMismatch) == 16 && std::is_trivially_copyable_v<ScrubM
 inline constexpr uint32_t kScrubAnswerWords =
     (sizeof(ScrubSummary) + kMaxScrubReported * sizeof(ScrubMismatch)) / 8;
 
+// ---- reattach after a restart (kReclaim) -------------------------------------------------
+// Who the client was under the previous daemon. The daemon gives back only what that
+// client's process held there: the previous slot's pid must be the caller's, its process
+// still the one that held the slot, and the epoch the one the daemon adopted from.
+struct ReclaimHeader {
+  uint64_t previous_epoch;  // ControlHeader::restart.epoch of the daemon that died
+  uint32_t previous_slot;
+  uint32_t previous_slot_generation;
+  uint32_t flags;     // kReclaimFinal: the last one; what was not claimed is released
+  uint32_t reserved;  // 0
+};
+static_assert(sizeof(ReclaimHeader) == 24 && std::is_trivially_copyable_v<ReclaimHeader>);
+inline constexpr uint32_t kReclaimFinal = 1;
+
+// One block the client still holds.
+struct ReclaimItem {
+  BlockRef block;
+  uint32_t references;  // immutable references held; 0: a mutable block
+  uint32_t reserved;    // 0
+};
+static_assert(sizeof(ReclaimItem) == 16 && std::is_trivially_copyable_v<ReclaimItem>);
+
 struct RequestHeader {
   uint64_t correlation_id;
   uint32_t pool;   // index in the control segment's PoolInfo table
@@ -228,9 +254,17 @@ inline uint64_t request_item_bytes(Opcode op) {
       return sizeof(BlockRef);
     case Opcode::kScrub:
       return sizeof(ScrubRequest);
+    case Opcode::kReclaim:  // after the one ReclaimHeader
+      return sizeof(ReclaimItem);
     default:
       return 0;
   }
+}
+
+// Bytes the payload of a request of `count` items must have (kAllocate: none).
+inline uint64_t request_payload_bytes(Opcode op, uint32_t count) {
+  const uint64_t fixed = op == Opcode::kReclaim ? sizeof(ReclaimHeader) : 0;
+  return fixed + uint64_t{count} * request_item_bytes(op);
 }
 
 }  // namespace kvpool::proto

@@ -1,0 +1,370 @@
+// ClientImpl: what this client holds, and its reattach to a restarted kvpoold (issue 15).
+//
+// When kvpoold dies, the call in flight fails with kDaemonGone as before: whether the
+// daemon did it before dying is unknown. The next call waits (ReattachPolicy::wait at most)
+// for a new kvpoold on the same instance, connects, and, in the same step, tells it what
+// this client still holds (kReclaim, one record per pool and batch, the last one final).
+// The daemon gives back what its adoption proves this process held and answers what it
+// cannot ("lost"); everything else it kept for us goes back into circulation. Handles
+// then go on working: same block ids and generations, the same memory (an adopted pool's
+// data segment is the same file; this client keeps its old mapping too, so addresses
+// taken before the restart stay valid). A handle that was not given back, or whose pool
+// the new daemon did not adopt (its memory is new), fails with kInvalidHandle on use and
+// is never released to the new daemon.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "client_impl.hpp"
+#include "kvpool/shm/handshake.hpp"
+
+namespace kvpool::detail {
+
+// ---- HeldTable ---------------------------------------------------------------------------
+
+HeldTable::HeldTable(uint32_t blocks) {
+  if (blocks == 0) return;
+  void* m = ::mmap(nullptr, uint64_t{blocks} * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  // Zero pages are zero words: std::atomic<uint64_t> is a plain word (lock-free).
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  words_ = static_cast<std::atomic<uint64_t>*>(m);
+  blocks_ = blocks;
+}
+
+HeldTable::HeldTable(HeldTable&& o) noexcept : words_(o.words_), blocks_(o.blocks_) {
+  o.words_ = nullptr;
+  o.blocks_ = 0;
+}
+
+HeldTable& HeldTable::operator=(HeldTable&& o) noexcept {
+  if (this != &o) {
+    this->~HeldTable();
+    words_ = o.words_;
+    blocks_ = o.blocks_;
+    o.words_ = nullptr;
+    o.blocks_ = 0;
+  }
+  return *this;
+}
+
+HeldTable::~HeldTable() {
+  if (words_) ::munmap(words_, uint64_t{blocks_} * sizeof(uint64_t));
+}
+
+// ---- ClientImpl --------------------------------------------------------------------------
+
+ClientImpl::ClientImpl(std::unique_ptr<Connection> c, std::string instance,
+                       ConnectionOptions options, ReattachPolicy reattach)
+    : instance_(std::move(instance)), options_(std::move(options)), reattach_(reattach) {
+  const size_t n = c->pools().size();
+  incarnations_ = std::make_unique<std::atomic<uint32_t>[]>(n);
+  mapped_by_ = std::make_unique<std::atomic<const Connection*>[]>(n);
+  for (size_t i = 0; i < n; ++i) mapped_by_[i].store(c.get(), std::memory_order_relaxed);
+  for (const PoolView& p : c->pools()) held_.emplace_back(p.layout.config().num_blocks);
+  current_.store(c.get(), std::memory_order_release);
+  connections_.push_back(std::move(c));
+}
+
+// Newest first: an older connection's lease thread has ended already (its daemon is gone).
+ClientImpl::~ClientImpl() {
+  while (!connections_.empty()) connections_.pop_back();
+}
+
+Result<std::byte*> ClientImpl::base(uint32_t pool, bool readonly) const {
+  // Acquire: pairs with claim_back's release of a new mapping (its PoolView is complete).
+  const PoolView& p = mapped_by_[pool].load(std::memory_order_acquire)->pools()[pool];
+  if (p.device) return p.device->base();
+  if (!p.data.data())
+    return Status(ErrorCode::kPermissionDenied,
+                  "pool '" + p.name + "' is not open to this client (its allowed_uids/gids)");
+  return static_cast<std::byte*>(readonly ? p.data_ro.data() : p.data.data());
+}
+
+Status ClientImpl::check_handle(uint32_t pool, uint32_t incarnation, pool::BlockRef ref) const {
+  if (incarnation != this->incarnation(pool))
+    return Status(ErrorCode::kInvalidHandle,
+                  "block " + std::to_string(ref.id) + " of pool '" + conn().pools()[pool].name +
+                      "' is gone: kvpoold restarted and did not keep the pool (its memory is "
+                      "new); allocate or match the block again");
+  const uint64_t w = held_[pool].load(ref.id);
+  if ((w & HeldTable::kLost) != 0 && HeldTable::generation_of(w) == ref.generation)
+    return Status(ErrorCode::kInvalidHandle,
+                  "block " + std::to_string(ref.id) + " of pool '" + conn().pools()[pool].name +
+                      "' was not given back when this client reattached to the restarted "
+                      "kvpoold (it could not prove the block was still ours); drop the handle");
+  return Status::ok();
+}
+
+Result<std::byte*> ClientImpl::address(uint32_t pool, uint32_t incarnation, pool::BlockRef ref,
+                                       uint32_t layer, uint32_t outer, bool readonly) const {
+  KVPOOL_RETURN_IF_ERROR(check_handle(pool, incarnation, ref));
+  const PoolView& p = conn().pools()[pool];
+  auto off = p.layout.offset(ref.id, layer, outer);
+  if (!off) return off.status();
+  auto b = base(pool, readonly);
+  if (!b) return b.status();
+  return *b + *off;
+}
+
+// ---- what this client holds -----------------------------------------------------------
+
+void ClientImpl::count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable) {
+  HeldTable& t = held_[pool];
+  for (const pool::BlockRef& r : refs) {
+    uint64_t w = t.load(r.id);
+    // A block we hold has one generation; anything else there is a lost one's leftover.
+    if (HeldTable::generation_of(w) != r.generation) w = uint64_t{r.generation} << 32;
+    if (immutable) {
+      w += 1;
+    } else {
+      w |= HeldTable::kMutable;
+    }
+    t.store(r.id, w);
+  }
+}
+
+Result<uint32_t> ClientImpl::took(const Call& call, uint32_t pool,
+                                  std::span<const pool::BlockRef> refs, bool immutable) {
+  std::lock_guard lk(mu_);
+  if (call.conn != current_.load(std::memory_order_relaxed))
+    return proto::daemon_gone("it restarted while this answer was on its way; call again");
+  count_locked(pool, refs, immutable);
+  return incarnation(pool);
+}
+
+Result<uint32_t> ClientImpl::registered(const Call& call, uint32_t pool,
+                                        std::span<const pool::BlockRef> handed,
+                                        std::span<const pool::BlockRef> refs) {
+  std::lock_guard lk(mu_);
+  if (call.conn != current_.load(std::memory_order_relaxed))
+    return proto::daemon_gone("it restarted while this answer was on its way; call again");
+  HeldTable& t = held_[pool];
+  for (const pool::BlockRef& r : handed) {
+    const uint64_t w = t.load(r.id);
+    if (HeldTable::generation_of(w) == r.generation) t.store(r.id, w & ~HeldTable::kMutable);
+  }
+  count_locked(pool, refs, /*immutable=*/true);
+  return incarnation(pool);
+}
+
+void ClientImpl::forget_mutable(uint32_t pool, std::span<const pool::BlockRef> refs) {
+  std::lock_guard lk(mu_);
+  HeldTable& t = held_[pool];
+  for (const pool::BlockRef& r : refs) {
+    const uint64_t w = t.load(r.id);
+    if (HeldTable::generation_of(w) == r.generation) t.store(r.id, w & ~HeldTable::kMutable);
+  }
+}
+
+void ClientImpl::release(uint32_t pool, uint32_t incarnation, bool immutable, pool::BlockRef ref) {
+  Connection* c = nullptr;
+  {
+    std::lock_guard lk(mu_);
+    // A pool the new daemon did not keep: nothing of it is ours there.
+    if (incarnation != this->incarnation(pool)) return;
+    HeldTable& t = held_[pool];
+    uint64_t w = t.load(ref.id);
+    if (HeldTable::generation_of(w) == ref.generation) {
+      const bool lost = (w & HeldTable::kLost) != 0;
+      if (immutable && (w & HeldTable::kCountMask) > 0) w -= 1;
+      if (!immutable) w &= ~HeldTable::kMutable;
+      if ((w & (HeldTable::kCountMask | HeldTable::kMutable)) == 0) w = 0;
+      t.store(ref.id, w);
+      if (lost) return;  // the daemon did not give it back: not ours to release there
+    }
+    c = current_.load(std::memory_order_relaxed);
+  }
+  c->release(pool, immutable, ref);
+}
+
+// ---- requests and reattach ----------------------------------------------------------------
+
+Result<Call> ClientImpl::send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
+                              size_t item_bytes) {
+  auto c = usable();
+  if (!c) return c.status();
+  auto corr = (*c)->send(op, pool, count, items, item_bytes);
+  if (!corr) return corr.status();
+  return Call{*c, *corr};
+}
+
+Result<Response> ClientImpl::call(proto::Opcode op, uint32_t pool, uint32_t count,
+                                  const void* items, size_t item_bytes) {
+  auto c = send(op, pool, count, items, item_bytes);
+  if (!c) return c.status();
+  return c->conn->wait(c->corr);
+}
+
+Result<Connection*> ClientImpl::usable() {
+  Connection* c = current_.load(std::memory_order_acquire);
+  if (!c->gone() || !reattach_.enabled) return c;
+  // Cut off by the daemon, or inherited across fork(): not a restart; say why.
+  if (Status why = c->gone_reason(); why.code() != ErrorCode::kDaemonGone) return c;
+  return reattach(c);
+}
+
+Result<Connection*> ClientImpl::reattach(Connection* dead) {
+  std::lock_guard one(reattach_mutex_);
+  Connection* c = current_.load(std::memory_order_acquire);
+  if (c != dead) return c;  // another thread did it
+  if (!failed_.is_ok()) return failed_;
+  auto fresh = reconnect();
+  if (!fresh) return fresh.status();
+  if (Status same = check_same_pools(*dead, **fresh); !same.is_ok()) {
+    failed_ = same;  // no later call can do better: connect a new Client
+    return same;
+  }
+  std::lock_guard lk(mu_);
+  Status claimed = claim_back(*dead, **fresh);
+  if (!claimed.is_ok()) return claimed;  // the new connection goes; the next call retries
+  Connection* now = fresh->get();
+  connections_.push_back(std::move(fresh.value()));
+  current_.store(now, std::memory_order_release);
+  return now;
+}
+
+// A new daemon on the same instance, waited for up to the policy's bound: its socket may
+// not be there yet, or refuse while nobody listens.
+Result<std::unique_ptr<Connection>> ClientImpl::reconnect() {
+  const auto deadline = std::chrono::steady_clock::now() + reattach_.wait;
+  auto pause = std::chrono::milliseconds(5);
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    ConnectionOptions o = options_;
+    o.connect_timeout = std::max(std::chrono::milliseconds(1), std::min(o.connect_timeout, left));
+    auto fresh = Connection::open(instance_, o);
+    if (fresh) return fresh;
+    const ErrorCode code = fresh.status().code();
+    // No daemon (yet): no socket, nobody listening, or one that is still starting or
+    // stopping. Anything else (a refusal, a version mismatch) will not change by waiting.
+    const bool absent = code == ErrorCode::kNotFound || code == ErrorCode::kDaemonGone ||
+                        code == ErrorCode::kIoError || code == ErrorCode::kTimeout ||
+                        code == ErrorCode::kDaemonUnresponsive;
+    if (!absent) return fresh.status();
+    if (std::chrono::steady_clock::now() + pause >= deadline)
+      return proto::daemon_gone(
+          "no kvpoold came back on instance '" + instance_ + "' within " +
+          std::to_string(reattach_.wait.count()) +
+          " ms (ConnectOptions::reattach_timeout); last try: " + fresh.status().message());
+    // Backing off between tries is what this wait is for: there is nothing to wait on
+    // until a daemon creates the socket.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+Status ClientImpl::check_same_pools(const Connection& old, const Connection& fresh) const {
+  const auto& a = old.pools();
+  const auto& b = fresh.pools();
+  auto changed = [&](const std::string& what) {
+    return Status(ErrorCode::kDaemonGone,
+                  "kvpoold restarted with other pools (" + what +
+                      "): this Client's pools and handles no longer exist; connect a new Client");
+  };
+  if (a.size() != b.size())
+    return changed(std::to_string(a.size()) + " pools before, " + std::to_string(b.size()) +
+                   " now");
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name)
+      return changed("pool " + std::to_string(i) + " is '" + b[i].name + "', was '" + a[i].name +
+                     "'");
+    if (!(a[i].layout.config() == b[i].layout.config()) || a[i].info.dtype != b[i].info.dtype ||
+        a[i].info.hash_scheme != b[i].info.hash_scheme || a[i].info.storage != b[i].info.storage ||
+        a[i].usable != b[i].usable)
+      return changed("pool '" + a[i].name +
+                     "' has another shape, dtype, hash scheme, storage "
+                     "or access");
+  }
+  return Status::ok();
+}
+
+// Tells the new daemon what we still hold in each pool it kept, and waits for what it
+// will not give back. Pools whose memory is new start over (a new incarnation: their
+// handles fail on use). mu_ held: no handle is made or released meanwhile.
+Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
+  const size_t n = old.pools().size();
+  std::vector<bool> kept(n);
+  for (size_t i = 0; i < n; ++i) {
+    const PoolView& a = old.pools()[i];
+    const PoolView& b = fresh.pools()[i];
+    kept[i] = !a.is_device() && a.usable && a.data_ino != 0 && a.data_ino == b.data_ino &&
+              a.data_dev == b.data_dev;
+  }
+  proto::ReclaimHeader h{old.epoch(), old.slot(), old.generation(), 0, 0};
+  const uint64_t per_record =
+      (fresh.max_request_payload() - sizeof(proto::RequestHeader) - sizeof(h)) /
+      sizeof(proto::ReclaimItem);
+  std::vector<std::byte> buf;
+  std::vector<std::pair<Call, uint32_t>> calls;  // and the pool
+  auto send_one = [&](uint32_t pool, std::span<const proto::ReclaimItem> items, bool final) {
+    h.flags = final ? proto::kReclaimFinal : 0;
+    buf.resize(sizeof(h) + items.size_bytes());
+    std::memcpy(buf.data(), &h, sizeof(h));
+    if (!items.empty()) std::memcpy(buf.data() + sizeof(h), items.data(), items.size_bytes());
+    auto corr = fresh.send(proto::Opcode::kReclaim, pool, static_cast<uint32_t>(items.size()),
+                           buf.data(), buf.size());
+    if (!corr) return corr.status();
+    calls.push_back({Call{&fresh, *corr}, pool});
+    return Status::ok();
+  };
+  std::vector<proto::ReclaimItem> items;
+  uint32_t last_pool = 0;
+  for (uint32_t pool = 0; pool < n; ++pool) {
+    if (!kept[pool]) continue;
+    HeldTable& t = held_[pool];
+    for (uint32_t id = 0; id < t.size(); ++id) {
+      const uint64_t w = t.load(id);
+      if (w == 0 || (w & HeldTable::kLost) != 0) continue;
+      const uint32_t gen = HeldTable::generation_of(w);
+      if ((w & HeldTable::kMutable) != 0) items.push_back({{id, gen}, 0, 0});
+      if ((w & HeldTable::kCountMask) != 0)
+        items.push_back({{id, gen}, static_cast<uint32_t>(w & HeldTable::kCountMask), 0});
+      if (items.size() >= per_record) {
+        KVPOOL_RETURN_IF_ERROR(send_one(pool, items, false));
+        items.clear();
+      }
+    }
+    if (!items.empty()) KVPOOL_RETURN_IF_ERROR(send_one(pool, items, false));
+    items.clear();
+    last_pool = pool;
+  }
+  KVPOOL_RETURN_IF_ERROR(send_one(last_pool, {}, true));  // the rest may go
+  bool refused = false;
+  for (auto& [call, pool] : calls) {
+    auto r = call.conn->wait(call.corr);
+    if (!r) return r.status();
+    if (r->code != ErrorCode::kOk) {
+      // Not ours to claim (a daemon that adopted nothing, or another process's slot):
+      // everything we held in the kept pools is lost.
+      refused = true;
+      continue;
+    }
+    HeldTable& t = held_[pool];
+    for (const pool::BlockRef& ref : r->refs) {
+      const uint64_t w = t.load(ref.id);
+      if (HeldTable::generation_of(w) == ref.generation) t.store(ref.id, w | HeldTable::kLost);
+    }
+  }
+  for (uint32_t pool = 0; pool < n; ++pool) {
+    if (kept[pool] && !refused) continue;
+    // Cleared in place (address() reads the words without the lock): a new incarnation
+    // makes every handle of a pool that was not kept fail on use, and never release.
+    HeldTable& t = held_[pool];
+    for (uint32_t id = 0; id < t.size(); ++id) {
+      const uint64_t w = t.load(id);
+      if (w != 0) t.store(id, kept[pool] ? (w | HeldTable::kLost) : 0);
+    }
+    if (!kept[pool]) {
+      mapped_by_[pool].store(&fresh, std::memory_order_release);
+      incarnations_[pool].fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace kvpool::detail

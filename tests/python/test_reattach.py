@@ -1,0 +1,54 @@
+"""A Python worker rides through a kill -9 of kvpoold (issue 15): `kvpoold --supervise`
+keeps the pool's segments, the next kvpoold adopts them, and the client reattaches on its
+next call, keeping its blocks and their bytes."""
+
+import numpy as np
+import pytest
+
+import kvpool
+from conftest import wait_until
+from test_blocks import filled
+
+
+def test_blocks_survive_a_kill9_and_the_client_reattaches(daemon_factory):
+    d = daemon_factory(supervise=True)
+    client = d.connect(reattach_timeout=20.0)
+    pool = client.pool("g")
+    blocks = filled(pool, 3, salt=9)
+    for i, b in enumerate(blocks):
+        np.asarray(b)[...] = 1000 * (i + 1)
+    mutable = blocks.pop()
+    shared = pool.register_blocks(blocks)
+    before = [np.asarray(b).copy() for b in shared]
+    slot = client.slot
+
+    old = d.kill_child()
+    wait_until(lambda: not client.daemon_alive, 10, "the client to notice the kill")
+    client.ping()  # reattaches, once the next kvpoold is ready
+    assert client.daemon_alive
+    st = d.status()
+    assert st["epoch"] != old and st["previous_epoch"] == old
+    assert st["adopted_blocks"] == 2
+    # Same handles, same bytes. (Indexing, not a loop variable: a block object left bound
+    # after the loop would keep its reference past shared.release() below.)
+    for i, want in enumerate(before):
+        assert np.array_equal(np.asarray(shared[i]), want)
+    assert int(np.asarray(mutable)[0, 0, 0, 0]) == 3000
+    # Still ours: the mutable block registers, everything releases as usual.
+    (third,) = pool.register_blocks([mutable])
+    shared.release()
+    third.release()
+    client.flush()
+    wait_until(lambda: d.pool_status()["inactive_blocks"] == 3, 10, "references dropped",
+               d.pool_status)
+    assert d.pool_status()["free_blocks"] == 61
+    print(f"slot {slot} before, {client.slot} after the restart")
+
+
+def test_without_reattach_calls_fail_with_daemon_gone(daemon_factory):
+    d = daemon_factory(supervise=True)
+    client = d.connect(reattach=False)
+    d.kill_child()
+    wait_until(lambda: not client.daemon_alive, 10, "the client to notice the kill")
+    with pytest.raises(kvpool.DaemonGone):
+        client.ping()
