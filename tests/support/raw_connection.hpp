@@ -70,6 +70,8 @@ class RawConnection {
   uint32_t generation() const { return generation_; }
   const std::vector<RawPool>& pools() const { return pools_; }
   const shm::ControlHeader& control() const { return control_.header(); }
+  // The daemon's start epoch (ControlHeader::restart): what a reattach names it by.
+  uint64_t epoch() const { return control().restart.epoch; }
   shm::ClientHeader* client_header() { return client_.as<shm::ClientHeader>(); }
   int socket_fd() const { return sock_.get(); }
   // The daemon died, stopped, or cut us off (then with the reason it gave).
