@@ -34,17 +34,23 @@ bool has_restart_info(const shm::ControlHeader& h) {
 
 }  // namespace
 
-Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
-  Adoption a;
-  struct Control {
-    std::string name;
-    shm::Segment segment;
-    uint64_t epoch = 0, previous = 0;
-  };
-  std::vector<Control> controls;
+namespace {
+
+// A control segment the supervisor kept, with the epochs that say which daemon made it.
+struct StoredControl {
+  std::string name;
+  shm::Segment segment;
+  uint64_t epoch = 0, previous = 0;
+};
+
+// Sorts the supervisor's descriptors: pool data segments into `data` (by pool name),
+// control segments returned; anything else is dropped from the store.
+std::vector<StoredControl> sort_stored(std::vector<InheritedFd> fds,
+                                       std::map<std::string, shm::UniqueFd>& data) {
+  std::vector<StoredControl> controls;
   for (InheritedFd& f : fds) {
     if (starts_with(f.name, kFdNamePoolPrefix)) {
-      a.data_[f.name.substr(std::strlen(kFdNamePoolPrefix))] = std::move(f.fd);
+      data[f.name.substr(std::strlen(kFdNamePoolPrefix))] = std::move(f.fd);
     } else if (starts_with(f.name, kFdNameControlPrefix)) {
       auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
       const shm::ControlHeader* h = seg ? header_of(*seg) : nullptr;
@@ -53,7 +59,7 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
         fd_store_remove(f.name);
         continue;
       }
-      Control c{f.name, std::move(seg.value())};
+      StoredControl c{f.name, std::move(seg.value())};
       if (has_restart_info(*h)) {
         c.epoch = h->restart.epoch;
         c.previous = h->restart.previous_epoch;
@@ -64,15 +70,13 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
       fd_store_remove(f.name);
     }
   }
-  if (controls.empty()) {
-    if (!a.data_.empty())
-      spdlog::warn("{} stored pool segment(s) but no control segment: every pool starts empty",
-                   a.data_.size());
-    return a;
-  }
-  // Two control segments: a daemon stored its own and died before it removed its
-  // predecessor's. The newest is the one no other names as its predecessor; the older one
-  // describes a registry that has changed since.
+  return controls;
+}
+
+// Two control segments: a daemon stored its own and died before it removed its
+// predecessor's. The newest is the one no other names as its predecessor; the older one
+// describes a registry that has changed since, and is dropped from the store.
+size_t drop_superseded(const std::vector<StoredControl>& controls) {
   size_t newest = 0;
   for (size_t i = 0; i < controls.size(); ++i) {
     bool superseded = false;
@@ -85,7 +89,22 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
     spdlog::info("dropping the superseded control segment '{}'", controls[i].name);
     fd_store_remove(controls[i].name);
   }
-  Control& c = controls[newest];
+  return newest;
+}
+
+}  // namespace
+
+Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
+  Adoption a;
+  std::vector<StoredControl> controls = sort_stored(std::move(fds), a.data_);
+  if (controls.empty()) {
+    if (!a.data_.empty())
+      spdlog::warn("{} stored pool segment(s) but no control segment: every pool starts empty",
+                   a.data_.size());
+    return a;
+  }
+  const size_t newest = drop_superseded(controls);
+  StoredControl& c = controls[newest];
   const shm::ControlHeader& h = *header_of(c.segment);
   a.previous_control_name_ = c.name;
   if (has_restart_info(h) && h.restart.generation_tag != 0) a.tags_.set(h.restart.generation_tag);

@@ -545,6 +545,48 @@ Config default_config() {
   return c;
 }
 
+namespace {
+
+// The daemon-wide allow-lists name real ids.
+Status validate_allowed_ids(const Config& c) {
+  // (uid_t)-1 is the kernel's "no id" marker; listing it would match nobody or everybody.
+  for (size_t i = 0; i < c.allowed_uids.size(); ++i) {
+    if (c.allowed_uids[i] == static_cast<uid_t>(-1)) {
+      return config_error(element("allowed_uids", i),
+                          std::to_string(c.allowed_uids[i]) + " is not a valid uid");
+    }
+  }
+  for (size_t i = 0; i < c.allowed_gids.size(); ++i) {
+    if (c.allowed_gids[i] == static_cast<gid_t>(-1)) {
+      return config_error(element("allowed_gids", i),
+                          std::to_string(c.allowed_gids[i]) + " is not a valid gid");
+    }
+  }
+  return Status::ok();
+}
+
+// Each pool on its own (validate_pool), and no two with one name.
+Status validate_pools(const Config& c) {
+  if (c.pools.empty() || c.pools.size() > kMaxPools) {
+    return config_error("pools", "must list 1 to " + std::to_string(kMaxPools) + " pools (got " +
+                                     std::to_string(c.pools.size()) + ")");
+  }
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    const std::string path = element("pools", i);
+    KVPOOL_RETURN_IF_ERROR(validate_pool(c.pools[i], path));
+    for (size_t k = 0; k < i; ++k) {
+      if (c.pools[k].name == c.pools[i].name) {
+        return config_error(child(path, "name"), "duplicate pool name '" + c.pools[i].name +
+                                                     "' (also pools[" + std::to_string(k) +
+                                                     "]); pool names must be unique");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status validate_config(const Config& c) {
   if (Status s = validate_instance_name(c.instance); !s.is_ok()) {
     return config_error("instance", s.message());
@@ -592,41 +634,14 @@ Status validate_config(const Config& c) {
                         "must be one of trace, debug, info, warn, error, critical, off (got \"" +
                             c.log_level + "\")");
   }
-  // (uid_t)-1 is the kernel's "no id" marker; listing it would match nobody or everybody.
-  for (size_t i = 0; i < c.allowed_uids.size(); ++i) {
-    if (c.allowed_uids[i] == static_cast<uid_t>(-1)) {
-      return config_error(element("allowed_uids", i),
-                          std::to_string(c.allowed_uids[i]) + " is not a valid uid");
-    }
-  }
-  for (size_t i = 0; i < c.allowed_gids.size(); ++i) {
-    if (c.allowed_gids[i] == static_cast<gid_t>(-1)) {
-      return config_error(element("allowed_gids", i),
-                          std::to_string(c.allowed_gids[i]) + " is not a valid gid");
-    }
-  }
+  KVPOOL_RETURN_IF_ERROR(validate_allowed_ids(c));
   if (c.event_ring_slots != 0 && !shm::check_event_ring_capacity(c.event_ring_slots).is_ok()) {
     return config_error("event_ring_slots", "must be 0 (no event ring) or a power of two in 2.." +
                                                 std::to_string(shm::kEventRingMaxCapacity) +
                                                 " (got " + std::to_string(c.event_ring_slots) +
                                                 ")");
   }
-  if (c.pools.empty() || c.pools.size() > kMaxPools) {
-    return config_error("pools", "must list 1 to " + std::to_string(kMaxPools) + " pools (got " +
-                                     std::to_string(c.pools.size()) + ")");
-  }
-  for (size_t i = 0; i < c.pools.size(); ++i) {
-    const std::string path = element("pools", i);
-    KVPOOL_RETURN_IF_ERROR(validate_pool(c.pools[i], path));
-    for (size_t k = 0; k < i; ++k) {
-      if (c.pools[k].name == c.pools[i].name) {
-        return config_error(child(path, "name"), "duplicate pool name '" + c.pools[i].name +
-                                                     "' (also pools[" + std::to_string(k) +
-                                                     "]); pool names must be unique");
-      }
-    }
-  }
-  return Status::ok();
+  return validate_pools(c);
 }
 
 Result<Config> parse_config(const std::string& json_text) {

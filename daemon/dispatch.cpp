@@ -69,110 +69,137 @@ std::span<const T> items_as(const std::byte* items, uint32_t count, std::vector<
 
 Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
                                          std::span<std::byte> answer, uint32_t pools) {
-  const proto::RequestHeader& rq = req.rq;
-  const uint32_t type = req.type;
-  Status st;
-  const auto op = static_cast<proto::Opcode>(type);
-  const bool answering = answers(type);
-  const uint64_t len = req.record.size();
-  const std::byte* items = req.items;
-  const uint64_t item_bytes = req.item_bytes;
-
+  const bool answering = answers(req.type);
   const uint32_t capacity = answer_capacity(req);
   if (answering && answer.size() < capacity) {
     // A caller bug, not a client's: refuse to run a request whose answer cannot be written.
     return {ErrorCode::kInternal, 0};
   }
+  uint32_t count_out = 0;
+  uint32_t rejected = 0;
+  Status st = check(req, pools);
+  if (st.is_ok()) st = run(owner, req, answer, &count_out, &rejected);
+  if (!answering) return {st.code(), 0, rejected};
+  return {st.code(), write_answer(req.rq.correlation_id, st, count_out, answer, capacity),
+          rejected};
+}
+
+// Everything about a record that can be checked before it touches a pool: its framing,
+// opcode, pool index and the client's access to it, and the payload's and answer's sizes.
+Status Dispatcher::check(const Request& req, uint32_t pools) const {
+  const proto::RequestHeader& rq = req.rq;
+  const uint32_t type = req.type;
+  const auto op = static_cast<proto::Opcode>(type);
+  const uint64_t len = req.record.size();
+  const uint64_t item_bytes = req.item_bytes;
+  if (len < sizeof(rq)) {
+    return Status(ErrorCode::kProtocolError,
+                  "record of " + std::to_string(len) + " bytes is shorter than a request header");
+  }
+  if (!proto::opcode_known(type)) {
+    return Status(ErrorCode::kProtocolError, "unknown opcode " + std::to_string(type));
+  }
+  if (op != proto::Opcode::kPing && rq.pool >= cores_.size()) {
+    return Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) +
+                                                   " does not exist (" +
+                                                   std::to_string(cores_.size()) + " pools)");
+  }
+  if (op != proto::Opcode::kPing && rq.pool < 32 && (pools & (1u << rq.pool)) == 0) {
+    return Status(ErrorCode::kPermissionDenied,
+                  "pool '" + cores_[rq.pool]->name() +
+                      "' is not open to this client (pools[].allowed_uids/allowed_gids)");
+  }
+  if (op == proto::Opcode::kAllocate
+          ? item_bytes != 0
+          : item_bytes != proto::request_payload_bytes(op, rq.count)) {
+    return Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) +
+                                                 " bytes does not hold " +
+                                                 std::to_string(rq.count) + " items");
+  }
+  if (op == proto::Opcode::kScrub && rq.count != 1) {
+    return Status(ErrorCode::kProtocolError,
+                  "a scrub request carries one ScrubRequest, not " + std::to_string(rq.count));
+  }
+  if (op == proto::Opcode::kScrub && proto::kScrubAnswerWords > refs_limit_) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "a scrub answer does not fit this instance's response ring (raise ring_bytes)");
+  }
+  if (answers(type) && rq.count > refs_limit_) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
+                      std::to_string(refs_limit_) + " one answer can carry (raise ring_bytes)");
+  }
+  return Status::ok();
+}
+
+// The opcode switch: one checked record against its pool's core. What the answer carries
+// (refs, or kVerify's and kScrub's words) goes straight after the answer's header.
+Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> answer,
+                       uint32_t* count_out, uint32_t* rejected) {
+  const proto::RequestHeader& rq = req.rq;
+  const auto op = static_cast<proto::Opcode>(req.type);
+  const std::byte* items = req.items;
   // Releases carry no answer: then there is no buffer (and offsetting null is UB).
   auto* refs_out =
       answer.empty() ? nullptr : reinterpret_cast<pool::BlockRef*>(answer.data() + kHeaderBytes);
-  uint32_t count_out = 0;
-  uint32_t rejected = 0;
-
-  if (len < sizeof(rq)) {
-    st = Status(ErrorCode::kProtocolError,
-                "record of " + std::to_string(len) + " bytes is shorter than a request header");
-  } else if (!proto::opcode_known(type)) {
-    st = Status(ErrorCode::kProtocolError, "unknown opcode " + std::to_string(type));
-  } else if (op != proto::Opcode::kPing && rq.pool >= cores_.size()) {
-    st = Status(ErrorCode::kInvalidArgument, "pool index " + std::to_string(rq.pool) +
-                                                 " does not exist (" +
-                                                 std::to_string(cores_.size()) + " pools)");
-  } else if (op != proto::Opcode::kPing && rq.pool < 32 && (pools & (1u << rq.pool)) == 0) {
-    st = Status(ErrorCode::kPermissionDenied,
-                "pool '" + cores_[rq.pool]->name() +
-                    "' is not open to this client (pools[].allowed_uids/allowed_gids)");
-  } else if (op == proto::Opcode::kAllocate
-                 ? item_bytes != 0
-                 : item_bytes != proto::request_payload_bytes(op, rq.count)) {
-    st = Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) +
-                                               " bytes does not hold " + std::to_string(rq.count) +
-                                               " items");
-  } else if (op == proto::Opcode::kScrub && rq.count != 1) {
-    st = Status(ErrorCode::kProtocolError,
-                "a scrub request carries one ScrubRequest, not " + std::to_string(rq.count));
-  } else if (op == proto::Opcode::kScrub && proto::kScrubAnswerWords > refs_limit_) {
-    st = Status(ErrorCode::kInvalidArgument,
-                "a scrub answer does not fit this instance's response ring (raise ring_bytes)");
-  } else if (answering && rq.count > refs_limit_) {
-    st = Status(ErrorCode::kInvalidArgument,
-                "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
-                    std::to_string(refs_limit_) + " one answer can carry (raise ring_bytes)");
-  } else {
-    pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : cores_[rq.pool];
-    switch (op) {
-      case proto::Opcode::kAllocate:
-        st = core->allocate(owner, rq.count, refs_out);
-        if (st.is_ok()) count_out = rq.count;
-        break;
-      case proto::Opcode::kRegister: {
-        st = core->register_blocks(owner, items_as(items, rq.count, items_), refs_out);
-        if (st.is_ok()) count_out = rq.count;
-        break;
-      }
-      case proto::Opcode::kMatch: {
-        auto m = core->match(owner, items_as(items, rq.count, hashes_), refs_out);
-        if (m) {
-          count_out = *m;
-        } else {
-          st = m.status();
-        }
-        break;
-      }
-      case proto::Opcode::kReleaseMutable:
-      case proto::Opcode::kReleaseImmutable: {
-        // Fire and forget: a bad handle is counted in the pool's rejected_handles and in
-        // the outcome (the engine cuts off a client that keeps sending them).
-        const auto refs = items_as(items, rq.count, refs_);
-        (void)(op == proto::Opcode::kReleaseMutable
-                   ? core->release_mutable(owner, refs, &rejected)
-                   : core->release_immutable(owner, refs, &rejected));
-        break;
-      }
-      case proto::Opcode::kVerify:
-        st = verify(owner, req, answer.data() + kHeaderBytes, &count_out);
-        break;
-      case proto::Opcode::kScrub:
-        st = scrub(req, answer.data() + kHeaderBytes, &count_out);
-        break;
-      case proto::Opcode::kReclaim:
-        st = reclaim(owner, req, refs_out, &count_out);
-        break;
-      case proto::Opcode::kPing:
-        break;
+  pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : cores_[rq.pool];
+  Status st;
+  switch (op) {
+    case proto::Opcode::kAllocate:
+      st = core->allocate(owner, rq.count, refs_out);
+      if (st.is_ok()) *count_out = rq.count;
+      break;
+    case proto::Opcode::kRegister: {
+      st = core->register_blocks(owner, items_as(items, rq.count, items_), refs_out);
+      if (st.is_ok()) *count_out = rq.count;
+      break;
     }
+    case proto::Opcode::kMatch: {
+      auto m = core->match(owner, items_as(items, rq.count, hashes_), refs_out);
+      if (m) {
+        *count_out = *m;
+      } else {
+        st = m.status();
+      }
+      break;
+    }
+    case proto::Opcode::kReleaseMutable:
+    case proto::Opcode::kReleaseImmutable: {
+      // Fire and forget: a bad handle is counted in the pool's rejected_handles and in
+      // the outcome (the engine cuts off a client that keeps sending them).
+      const auto refs = items_as(items, rq.count, refs_);
+      (void)(op == proto::Opcode::kReleaseMutable ? core->release_mutable(owner, refs, rejected)
+                                                  : core->release_immutable(owner, refs, rejected));
+      break;
+    }
+    case proto::Opcode::kVerify:
+      st = verify(owner, req, answer.data() + kHeaderBytes, count_out);
+      break;
+    case proto::Opcode::kScrub:
+      st = scrub(req, answer.data() + kHeaderBytes, count_out);
+      break;
+    case proto::Opcode::kReclaim:
+      st = reclaim(owner, req, refs_out, count_out);
+      break;
+    case proto::Opcode::kPing:
+      break;
   }
-  if (!answering) return {st.code(), 0, rejected};
+  return st;
+}
 
+// ResponseHeader | `count` refs or words (written by run) | as much of the error message
+// as fits `capacity`. Returns the bytes used.
+uint32_t Dispatcher::write_answer(uint64_t correlation_id, const Status& st, uint32_t count,
+                                  std::span<std::byte> answer, uint32_t capacity) {
   proto::ResponseHeader rh{};
-  rh.correlation_id = rq.correlation_id;
+  rh.correlation_id = correlation_id;
   rh.status = static_cast<uint16_t>(st.code());
-  rh.count = count_out;
-  const uint32_t used = kHeaderBytes + count_out * static_cast<uint32_t>(sizeof(pool::BlockRef));
+  rh.count = count;
+  const uint32_t used = kHeaderBytes + count * static_cast<uint32_t>(sizeof(pool::BlockRef));
   rh.message_len = static_cast<uint32_t>(std::min<size_t>(st.message().size(), capacity - used));
   std::memcpy(answer.data(), &rh, sizeof(rh));
   std::memcpy(answer.data() + used, st.message().data(), rh.message_len);
-  return {st.code(), used + rh.message_len, rejected};
+  return used + rh.message_len;
 }
 
 Status Dispatcher::check_checker(uint32_t pool) const {

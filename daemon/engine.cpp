@@ -16,8 +16,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "daemon/client_segment.hpp"
-#include "daemon/liveness.hpp"
+#include "daemon/clock.hpp"
+#include "daemon/counters.hpp"
+#include "daemon/epoll_tags.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
 #include "kvpool/shm/futex.hpp"
@@ -31,9 +32,6 @@ namespace {
 
 using shm::SlotState;
 using shm::UniqueFd;
-
-enum Kind : uint64_t { kListen = 1, kStop = 2, kPending = 3, kSock = 4, kPid = 5, kBell = 6 };
-constexpr uint64_t tag(Kind k, uint32_t i) { return (static_cast<uint64_t>(k) << 32) | i; }
 
 // A client that sends this many malformed records is cut off: it is broken or hostile.
 constexpr uint32_t kMaxProtocolErrors = 64;
@@ -50,17 +48,6 @@ constexpr int kPausesPerPass = 16;
 constexpr int kTickMs = 100;
 constexpr uint64_t kEventPollNs = 100'000;
 constexpr uint64_t kPeriodicNs = 50'000'000;
-
-uint64_t now_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-template <typename T, typename D>
-void bump(std::atomic<T>& a, D d) {
-  a.store(a.load(std::memory_order_relaxed) + static_cast<T>(d), std::memory_order_relaxed);
-}
 
 // `kvpoolctl metrics` turns this into kvpool_request_duration_seconds.
 void record_latency(shm::LatencyHistogram& h, uint64_t ns) {
@@ -120,8 +107,6 @@ Status Engine::init() {
     core_configs.push_back({pc.layout.num_blocks, config_.max_clients + 1, pc.max_holds});
   KVPOOL_RETURN_IF_ERROR(create_control_segment(core_configs));
   KVPOOL_RETURN_IF_ERROR(create_pools(core_configs));
-  sessions_.resize(config_.max_clients);
-  for (uint32_t i = 0; i < config_.max_clients; ++i) sessions_[i].slot = i;
   KVPOOL_RETURN_IF_ERROR(listen_and_watch());
   create_dispatcher();
   return Status::ok();
@@ -228,7 +213,8 @@ Status Engine::listen_and_watch() {
     ev.data.u64 = data;
     return ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
   };
-  if (add(listen_fd_.get(), tag(kListen, 0)) != 0 || add(stop_fd_.get(), tag(kStop, 0)) != 0)
+  if (add(listen_fd_.get(), event_tag(kListen, 0)) != 0 ||
+      add(stop_fd_.get(), event_tag(kStop, 0)) != 0)
     return io_error("epoll_ctl", errno);
   return Status::ok();
 }
@@ -354,9 +340,7 @@ void Engine::service(const EngineHooks& hooks) {
   periodic();
   if (hooks.watchdog) hooks.watchdog();
   if (hooks.status && (++status_ticks_ % 20) == 0) {  // about once a second
-    uint32_t clients = 0;
-    for (auto& s : sessions_) clients += s.state != SlotState::kFree;
-    std::string line = "clients " + std::to_string(clients);
+    std::string line = "clients " + std::to_string(sessions_.in_use());
     for (auto& p : pools_) {
       auto c = p.core.counts();
       line += ", pool '" + p.config.name + "' free " + std::to_string(c.free) + " inactive " +
@@ -393,459 +377,39 @@ void Engine::periodic() {
   }
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)
-    if (s.state == SlotState::kSuspect) check_liveness(s, "re-check");
-  const uint64_t attach_ns = uint64_t{config_.attach_timeout_ms} * 1'000'000;
-  // Connections that never said Hello.
-  for (size_t i = 0; i < pending_.size();) {
-    if (t - pending_[i].accepted_ns > attach_ns) {
-      spdlog::warn("dropping a connection of uid {} that sent no hello within {} ms",
-                   pending_[i].uid, config_.attach_timeout_ms);
-      pending_.erase(pending_.begin() + static_cast<long>(i));
-    } else {
-      ++i;
-    }
-  }
-  // Clients welcomed that never said Ready: each holds a slot and a segment.
-  for (auto& s : sessions_)
-    if (s.state == SlotState::kAttaching && t - s.hello_mono_ns > attach_ns)
-      end_session(s, false,
-                  "no Ready within attach_timeout_ms (" +
-                      std::to_string(config_.attach_timeout_ms) + " ms)");
-  // EMFILE back-off over: listen again.
-  if (accept_paused_until_ns_ != 0 && t >= accept_paused_until_ns_) {
-    accept_paused_until_ns_ = 0;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag(kListen, 0);
-    ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
-  }
+    if (s.state == SlotState::kSuspect) sessions_.check_liveness(s, "re-check");
+  sessions_.expire(t);  // no Hello, no Ready, EMFILE back-off
 }
 
+// Everything but the rings comes through the epoll set: connections and their Hello,
+// hang-ups, process exits and doorbells go to the sessions; a stop ends the loop.
 void Engine::handle_events(int timeout_ms) {
   epoll_event evs[64];
   int n = ::epoll_wait(epoll_fd_.get(), evs, 64, timeout_ms);
   for (int i = 0; i < n; ++i) {
-    uint64_t d = evs[i].data.u64;
-    auto kind = static_cast<Kind>(d >> 32);
-    auto idx = static_cast<uint32_t>(d & 0xFFFFFFFFu);
-    switch (kind) {
+    const uint64_t d = evs[i].data.u64;
+    const uint32_t idx = event_index(d);
+    switch (event_kind(d)) {
       case kListen:
-        accept_clients();
+        sessions_.accept_clients();
         break;
       case kStop:
         stopping_ = true;
         break;
-      case kPending: {
-        for (size_t p = 0; p < pending_.size(); ++p)
-          if (static_cast<uint32_t>(pending_[p].sock.get()) == idx) {
-            on_pending_readable(p);
-            break;
-          }
+      case kPending:
+        sessions_.on_pending_readable(static_cast<int>(idx));
         break;
-      }
       case kSock:
-        on_session_socket(idx, evs[i].events);
+        sessions_.on_session_socket(idx, evs[i].events);
         break;
       case kPid:
-        if (idx < sessions_.size() && sessions_[idx].state != SlotState::kFree)
-          check_liveness(sessions_[idx], "process exited");
+        sessions_.on_process_exit(idx);
         break;
-      case kBell: {
-        if (idx < sessions_.size() && sessions_[idx].doorbell) {
-          uint64_t v;
-          ssize_t r = ::read(sessions_[idx].doorbell.get(), &v, sizeof(v));
-          (void)r;  // only clears the eventfd; the rings are drained by the loop
-        }
+      case kBell:
+        sessions_.clear_doorbell(idx);
         break;
-      }
     }
   }
-}
-
-// ---- attach ------------------------------------------------------------------------------
-
-void Engine::accept_clients() {
-  while (true) {
-    auto c = shm::accept_unix(listen_fd_.get());
-    if (!c) {
-      // EMFILE/ENFILE leave the connection queued and the listen fd readable: retrying at
-      // once would spin the engine. Stop listening for a while instead.
-      pause_accepting(c.status().to_string());
-      return;
-    }
-    if (!c.value()) return;  // EAGAIN
-    auto cred = shm::peer_credentials(c->get());
-    const uid_t uid = cred ? cred->uid : static_cast<uid_t>(-1);
-    if (!admit_pending(c->get(), uid)) continue;  // closed by the UniqueFd
-    int fd = c->get();
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = tag(kPending, static_cast<uint32_t>(fd));
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) continue;
-    pending_.push_back(Pending{std::move(c.value()), now_ns(CLOCK_MONOTONIC), uid});
-  }
-}
-
-// Connections that have not said Hello cost an fd each and may come from anyone who can
-// reach the socket: cap them in total and per uid, so one user cannot starve the others.
-bool Engine::admit_pending(int fd, uid_t uid) {
-  const size_t mine = static_cast<size_t>(std::count_if(
-      pending_.begin(), pending_.end(), [uid](const Pending& p) { return p.uid == uid; }));
-  std::string why;
-  if (pending_.size() >= config_.max_pending_connections) {
-    why = "already " + std::to_string(pending_.size()) +
-          " connections wait for their hello (max_pending_connections)";
-  } else if (mine >= config_.max_pending_per_uid) {
-    why = "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
-          " connections waiting for their hello (max_pending_per_uid)";
-  }
-  if (why.empty()) return true;
-  refuse(fd, ErrorCode::kResourceExhausted, why);
-  return false;
-}
-
-void Engine::pause_accepting(const std::string& why) {
-  constexpr uint64_t kPauseNs = 100'000'000;
-  const uint64_t t = now_ns(CLOCK_MONOTONIC);
-  if (accept_paused_until_ns_ == 0)
-    ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
-  accept_paused_until_ns_ = t + kPauseNs;
-  bump(ctl_->stats.refused_attaches, 1);
-  // One line a second at most, however hard someone pushes.
-  if (t - accept_log_ns_ >= 1'000'000'000ull) {
-    spdlog::warn("accept: {}; not accepting for 100 ms ({} similar messages suppressed)", why,
-                 accept_log_suppressed_);
-    accept_log_ns_ = t;
-    accept_log_suppressed_ = 0;
-  } else {
-    ++accept_log_suppressed_;
-  }
-}
-
-void Engine::refuse(int fd, ErrorCode code, const std::string& message) {
-  proto::send_refusal(fd, proto::MsgType::kRefusal, code, message);
-  bump(ctl_->stats.refused_attaches, 1);
-  const uint64_t t = now_ns(CLOCK_MONOTONIC);
-  if (t - accept_log_ns_ >= 100'000'000ull) {  // at most ten lines a second
-    spdlog::warn("refused a client: {}", message);
-    accept_log_ns_ = t;
-  }
-}
-
-void Engine::on_pending_readable(size_t index) {
-  Pending p = std::move(pending_[index]);
-  pending_.erase(pending_.begin() + static_cast<long>(index));
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, p.sock.get(), nullptr);
-  alignas(8) std::byte buf[256];
-  auto n = shm::recv_message(p.sock.get(), buf, nullptr, 0);
-  if (!n || *n == 0) return;  // hung up or garbage before hello: just drop it
-  on_hello(std::move(p.sock), buf, *n);
-}
-
-// Hello -> Welcome (or a refusal that says why): an observer gets the control segment
-// read-only; a worker gets a slot, its own segment with its rings, and the pools' fds.
-void Engine::on_hello(UniqueFd sock, const void* msg, size_t len) {
-  auto hello = proto::parse_hello(msg, len);  // size, magic, type, layout major
-  if (!hello) {
-    refuse(sock.get(), hello.status().code(), hello.status().message());
-    return;
-  }
-  const proto::Hello& h = hello.value();
-  auto cred = vet_caller(sock.get(), h);
-  if (!cred) return;
-  spdlog::debug("{} from pid {} uid {}: libkvpool {}",
-                h.type == proto::MsgType::kObserve ? "observe" : "hello", cred->pid, cred->uid,
-                unpack_version(h.client_version));
-  auto ro = control_.open_readonly_fd();
-  if (!ro) {
-    refuse(sock.get(), ErrorCode::kInternal, ro.status().message());
-    return;
-  }
-  if (h.type == proto::MsgType::kObserve) {
-    // kvpoolctl: the control segment, read-only, and nothing else.
-    proto::Welcome w = proto::make_welcome();
-    int fds[1] = {ro->get()};
-    w.num_fds = 1;
-    w.slot = 0xFFFFFFFFu;
-    (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
-    return;
-  }
-  if (Session* s = free_slot_for(sock.get(), cred->uid))
-    attach(*s, std::move(sock), *cred, ro->get());
-}
-
-// The hello is for this instance, from a peer whose credentials the kernel vouches for and
-// whom the allow-lists admit. nullopt once refused.
-std::optional<shm::PeerCred> Engine::vet_caller(int fd, const proto::Hello& h) {
-  if (config_.instance != h.instance) {
-    refuse(fd, ErrorCode::kNotFound,
-           std::string("this socket serves instance '") + config_.instance + "', not '" +
-               h.instance + "'");
-    return std::nullopt;
-  }
-  auto cred = shm::peer_credentials(fd);
-  if (!cred) {
-    refuse(fd, ErrorCode::kPermissionDenied, cred.status().message());
-    return std::nullopt;
-  }
-  auto allowed = [](const auto& list, auto v) {
-    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
-  };
-  // Root may always observe (kvpoolctl, kvpool-exporter: the control segment read-only):
-  // the allow-lists decide who attaches as a worker, not who may look.
-  const bool root_observer = h.type == proto::MsgType::kObserve && cred->uid == 0;
-  if (!root_observer &&
-      (!allowed(config_.allowed_uids, cred->uid) || !allowed(config_.allowed_gids, cred->gid))) {
-    refuse(fd, ErrorCode::kPermissionDenied,
-           "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
-               " may not attach to instance '" + config_.instance +
-               "' (allowed_uids/allowed_gids)");
-    return std::nullopt;
-  }
-  return cred.value();
-}
-
-// A free slot for a worker of `uid`, within max_clients_per_uid; null once refused.
-Session* Engine::free_slot_for(int fd, uid_t uid) {
-  if (config_.max_clients_per_uid != 0) {
-    const auto mine = std::count_if(sessions_.begin(), sessions_.end(), [&](const Session& s) {
-      return s.state != SlotState::kFree && s.uid == uid;
-    });
-    if (static_cast<uint64_t>(mine) >= config_.max_clients_per_uid) {
-      refuse(fd, ErrorCode::kResourceExhausted,
-             "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) +
-                 " client slots of instance '" + config_.instance + "' (max_clients_per_uid)");
-      return nullptr;
-    }
-  }
-  auto free_it = std::find_if(sessions_.begin(), sessions_.end(),
-                              [](const Session& s) { return s.state == SlotState::kFree; });
-  if (free_it == sessions_.end()) {
-    refuse(fd, ErrorCode::kResourceExhausted,
-           "instance '" + config_.instance + "' has all " + std::to_string(config_.max_clients) +
-               " client slots in use (raise max_clients)");
-    return nullptr;
-  }
-  return &*free_it;
-}
-
-// Makes the worker's segment, sends the Welcome with every descriptor it needs, and starts
-// its session in slot `s` (Attaching until it sends Ready).
-void Engine::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int control_fd) {
-  auto seg = create_client_segment(s.slot, s.generation + 1, config_.ring_bytes);
-  if (!seg) {
-    refuse(sock.get(), seg.status().code(), seg.status().message());
-    return;
-  }
-  auto pidfd = shm::pidfd_open(cred.pid);
-  UniqueFd bell(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  auto segfd = seg->segment.dup_fd();
-  if (!pidfd || !bell || !segfd) {
-    refuse(sock.get(), ErrorCode::kInternal, "cannot set up the client segment");
-    return;
-  }
-  std::vector<int> fds{control_fd, segfd->get(), bell.get()};
-  const uint32_t pool_mask = pool_mask_for(cred.uid, cred.gid);
-  std::vector<UniqueFd> pool_fds;  // kept open until the Welcome is sent
-  if (!add_pool_fds(sock.get(), pool_mask, fds, pool_fds)) return;
-  proto::Welcome w = proto::make_welcome();
-  w.slot = s.slot;
-  w.generation = s.generation + 1;
-  w.num_fds = static_cast<uint32_t>(fds.size());
-  w.pool_mask = pool_mask;
-  w.ring_capacity = config_.ring_bytes;
-  if (auto sent = shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
-      !sent.is_ok()) {
-    spdlog::warn("welcome to pid {} failed: {}", cred.pid, sent.to_string());
-    return;
-  }
-  s.generation += 1;
-  s.state = SlotState::kAttaching;
-  s.ready = false;
-  s.sock = std::move(sock);
-  s.pidfd = std::move(pidfd.value());
-  s.doorbell = std::move(bell);
-  s.header = seg->header;
-  s.requests.emplace(seg->requests, config_.ring_bytes);
-  s.responses.emplace(seg->responses, config_.ring_bytes);
-  s.segment = std::move(seg->segment);
-  s.pid = cred.pid;
-  s.uid = cred.uid;
-  s.gid = cred.gid;
-  s.attach_ns = now_ns(CLOCK_REALTIME);
-  s.hello_mono_ns = now_ns(CLOCK_MONOTONIC);
-  s.pool_mask = pool_mask;
-  s.protocol_errors = 0;
-  s.rejected_handles = 0;
-  watch_session(s);
-}
-
-// Then, in pool order, a data fd for each pool this client may use whose storage travels
-// as one (host pools; device pools publish their CUDA IPC handle in PoolInfo):
-// proto::welcome_carries_fd. Pools closed to it by their allow-lists send nothing.
-// False once refused.
-bool Engine::add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
-                          std::vector<UniqueFd>& keep) {
-  for (size_t i = 0; i < pools_.size(); ++i) {
-    if ((pool_mask & (1u << i)) == 0) continue;
-    auto d = pools_[i].storage.client_fd();
-    if (!d) {
-      refuse(fd, ErrorCode::kInternal, d.status().message());
-      return false;
-    }
-    if (!d->valid()) continue;
-    fds.push_back(d->get());
-    keep.push_back(std::move(d.value()));
-  }
-  return true;
-}
-
-// A new session's slot counters start from zero, and its socket and pidfd join the epoll set.
-void Engine::watch_session(Session& s) {
-  // A new client starts from zero, not from its slot's previous owner's counters.
-  slots_info_[s.slot].requests.store(0, std::memory_order_relaxed);
-  slots_info_[s.slot].protocol_errors.store(0, std::memory_order_relaxed);
-  slots_info_[s.slot].rejected_handles.store(0, std::memory_order_relaxed);
-  slots_info_[s.slot].match_hits.store(0, std::memory_order_relaxed);
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = tag(kSock, s.slot);
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.sock.get(), &ev);
-  ev.events = EPOLLIN;
-  ev.data.u64 = tag(kPid, s.slot);
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.pidfd.get(), &ev);
-  publish_slot(s);
-}
-
-uint32_t Engine::pool_mask_for(uid_t uid, gid_t gid) const {
-  auto allowed = [](const auto& list, auto v) {
-    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
-  };
-  uint32_t mask = 0;
-  for (size_t i = 0; i < pools_.size(); ++i) {
-    const PoolConfig& pc = pools_[i].config;
-    if (allowed(pc.allowed_uids, uid) && allowed(pc.allowed_gids, gid)) mask |= 1u << i;
-  }
-  return mask;
-}
-
-void Engine::on_session_socket(uint32_t slot, uint32_t events) {
-  if (slot >= sessions_.size()) return;
-  Session& s = sessions_[slot];
-  if (s.state == SlotState::kFree) return;
-  if (events & EPOLLIN) {
-    alignas(8) std::byte buf[64];
-    auto n = shm::recv_message(s.sock.get(), buf, nullptr, 0);
-    if (!n) {  // too long, or carrying descriptors: a client that breaks the protocol
-      disconnect(s, "malformed message on the socket: " + n.status().message());
-      return;
-    }
-    if (!s.ready && proto::is_ready(buf, *n)) {
-      on_ready(s);
-      return;
-    }
-    if (*n > 0) {
-      disconnect(s, "unexpected message on the socket");
-      return;
-    }
-    // n == 0: orderly hang-up, handled below.
-  }
-  check_liveness(s, "socket hang-up");
-}
-
-void Engine::on_ready(Session& s) {
-  s.ready = true;
-  s.state = SlotState::kAttached;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = tag(kBell, s.slot);
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, s.doorbell.get(), &ev);
-  bump(ctl_->stats.clients_attached, 1);
-  publish_slot(s);
-  spdlog::info("client attached: slot {} gen {} pid {} uid {}", s.slot, s.generation, s.pid, s.uid);
-}
-
-// Decides whether a client that hung up (or whose process exited) is gone, from the pidfd
-// and one atomic load of its lease word (daemon/liveness.hpp); never a pthread call on the
-// client's memory. A live client keeps its blocks: it is flagged suspect and re-checked.
-void Engine::check_liveness(Session& s, const char* why) {
-  liveness_check_ns_ = now_ns(CLOCK_MONOTONIC);
-  if (!s.ready) {
-    end_session(s, false, std::string(why) + " before attach completed");
-    return;
-  }
-  const Judgement j = judge(s.pidfd.get(), s.pid, shm::peek(s.header->lease));
-  switch (j.verdict) {
-    case Verdict::kDied:
-      end_session(s, true, std::string(why) + ": " + j.reason);
-      return;
-    case Verdict::kDetached:
-      end_session(s, false, std::string(why) + ": " + j.reason);
-      return;
-    case Verdict::kAlive:
-      if (s.state != SlotState::kSuspect) {
-        spdlog::warn("client slot {} pid {}: {} but {}; not reclaiming a live client", s.slot,
-                     s.pid, why, j.reason);
-        s.state = SlotState::kSuspect;
-        // Its socket has hung up and would stay readable forever in the level-triggered set;
-        // the pidfd (still watched) and the periodic re-check decide from here on.
-        if (s.sock) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.sock.get(), nullptr);
-        publish_slot(s);
-      }
-      return;
-  }
-}
-
-void Engine::end_session(Session& s, bool died, const std::string& why) {
-  uint32_t returned = 0;
-  if (s.ready)
-    for (auto& p : pools_) returned += p.core.release_owner(s.slot);
-  if (died) {
-    ctl_->stats.last_reclaim_noticed_ns.store(liveness_check_ns_, std::memory_order_relaxed);
-    ctl_->stats.last_reclaim_done_ns.store(now_ns(CLOCK_MONOTONIC), std::memory_order_relaxed);
-    bump(ctl_->stats.reclaimed_blocks, returned);
-    // Release: the times above are visible to whoever sees the counter move.
-    ctl_->stats.reclaimed_clients.store(
-        ctl_->stats.reclaimed_clients.load(std::memory_order_relaxed) + 1,
-        std::memory_order_release);
-    spdlog::info("client reclaimed: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
-                 s.uid, why, returned);
-  } else {
-    if (s.ready) bump(ctl_->stats.clients_detached, 1);
-    spdlog::info("client detached: slot {} pid {} uid {} ({}), {} blocks returned", s.slot, s.pid,
-                 s.uid, why, returned);
-  }
-  if (s.sock) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.sock.get(), nullptr);
-  if (s.pidfd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.pidfd.get(), nullptr);
-  if (s.doorbell) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, s.doorbell.get(), nullptr);
-  uint32_t slot = s.slot, gen = s.generation;
-  s = Session{};
-  s.slot = slot;
-  s.generation = gen;  // the next attach bumps it
-  publish_slot(s);
-}
-
-void Engine::disconnect(Session& s, const std::string& why) {
-  spdlog::warn("disconnecting client slot {} pid {}: {}", s.slot, s.pid, why);
-  bump(ctl_->stats.disconnects, 1);
-  // Say why before hanging up, so the client reports kDisconnected with the reason
-  // rather than guessing that the daemon died.
-  if (s.sock) {
-    proto::send_refusal(s.sock.get(), proto::MsgType::kDisconnect, ErrorCode::kDisconnected,
-                        "kvpoold disconnected this client: " + why);
-  }
-  // Cutting the socket is what the client notices (its calls then fail); its blocks are
-  // returned now, since it can no longer use them through us.
-  end_session(s, false, "disconnected: " + why);
-}
-
-void Engine::publish_slot(const Session& s) {
-  shm::SlotInfo& i = slots_info_[s.slot];
-  i.pid.store(s.pid, std::memory_order_relaxed);
-  i.uid.store(s.uid, std::memory_order_relaxed);
-  i.attach_time_ns.store(s.attach_ns, std::memory_order_relaxed);
-  i.generation.store(s.generation, std::memory_order_relaxed);
-  i.state.store(static_cast<uint32_t>(s.state), std::memory_order_release);
 }
 
 // ---- requests ----------------------------------------------------------------------------
@@ -857,7 +421,7 @@ bool Engine::drain(Session& s, uint32_t budget) {
   for (uint32_t k = 0; k < budget; ++k) {
     auto r = s.requests->poll();
     if (!r) {
-      disconnect(s, "request ring corrupt: " + r.status().message());
+      sessions_.disconnect(s, "request ring corrupt: " + r.status().message());
       return true;
     }
     if (r->empty()) break;
@@ -896,7 +460,7 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   if (answer_bytes > 0) {
     auto claim = s.responses->try_claim(Dispatcher::answer_type(type), answer_bytes);
     if (!claim) {
-      disconnect(s, "response ring corrupt: " + claim.status().message());
+      sessions_.disconnect(s, "response ring corrupt: " + claim.status().message());
       return Outcome::kDone;
     }
     if (*claim == nullptr) return Outcome::kBackpressure;  // the client is not reading yet
@@ -915,8 +479,8 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     // A worker releases only what it was given; one that keeps releasing handles it does
     // not hold is broken or hostile, and each costs the engine a look-up.
     if (s.rejected_handles > kMaxRejectedHandles) {
-      disconnect(s, "more than " + std::to_string(kMaxRejectedHandles) +
-                        " release handles refused (stale, foreign or unknown)");
+      sessions_.disconnect(s, "more than " + std::to_string(kMaxRejectedHandles) +
+                                  " release handles refused (stale, foreign or unknown)");
       return Outcome::kDone;
     }
   }
@@ -924,7 +488,8 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     bump(ctl_->stats.protocol_errors, 1);
     bump(slots_info_[s.slot].protocol_errors, 1);
     if (++s.protocol_errors > kMaxProtocolErrors) {
-      disconnect(s, "more than " + std::to_string(kMaxProtocolErrors) + " malformed records");
+      sessions_.disconnect(
+          s, "more than " + std::to_string(kMaxProtocolErrors) + " malformed records");
       return Outcome::kDone;
     }
   }
@@ -937,9 +502,7 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
 }
 
 void Engine::shutdown() {
-  spdlog::info("kvpoold stopping: telling {} client(s)",
-               std::count_if(sessions_.begin(), sessions_.end(),
-                             [](const Session& s) { return s.state != SlotState::kFree; }));
+  spdlog::info("kvpoold stopping: telling {} client(s)", sessions_.in_use());
   control_.publish_stopping();
   for (auto& s : sessions_) {
     if (s.state == SlotState::kFree) continue;
@@ -947,7 +510,7 @@ void Engine::shutdown() {
     if (s.responses) s.responses->publish();
     s = Session{};
   }
-  pending_.clear();
+  sessions_.drop_pending();
   ::unlink(socket_path_.c_str());
   listen_fd_.reset();
 }

@@ -16,7 +16,9 @@
 #include "daemon/event_publisher.hpp"
 #include "daemon/pool_storage.hpp"
 #include "daemon/previous_clients.hpp"
+#include "daemon/served_pool.hpp"
 #include "daemon/session.hpp"
+#include "daemon/sessions.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/control_segment.hpp"
@@ -54,17 +56,6 @@ class Engine {
   const std::string& runtime_dir() const { return runtime_dir_; }
 
  private:
-  struct ServedPool {
-    PoolConfig config;
-    PoolStorage storage;  // the block bytes: host shm or a CUDA slab
-    pool::PoolCore core;
-  };
-  struct Pending {  // a connection that has not said Hello yet
-    shm::UniqueFd sock;
-    uint64_t accepted_ns;
-    uid_t uid;
-  };
-
   explicit Engine(Config config) : config_(std::move(config)) {}
   Status init();
   Status claim_instance();
@@ -73,25 +64,6 @@ class Engine {
   Status listen_and_watch();
   void create_dispatcher();
   void handle_events(int timeout_ms);
-  void accept_clients();
-  bool admit_pending(int fd, uid_t uid);  // caps on not-yet-attached connections
-  void pause_accepting(const std::string& why);
-  uint32_t pool_mask_for(uid_t uid, gid_t gid) const;
-  void on_pending_readable(size_t index);
-  void on_session_socket(uint32_t slot, uint32_t events);
-  void on_hello(shm::UniqueFd sock, const void* msg, size_t len);
-  std::optional<shm::PeerCred> vet_caller(int fd, const proto::Hello& h);
-  Session* free_slot_for(int fd, uid_t uid);
-  void attach(Session& s, shm::UniqueFd sock, const shm::PeerCred& cred, int control_fd);
-  bool add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
-                    std::vector<shm::UniqueFd>& keep);
-  void watch_session(Session& s);
-  void refuse(int fd, ErrorCode code, const std::string& message);
-  void on_ready(Session& s);
-  void check_liveness(Session& s, const char* why);
-  void end_session(Session& s, bool died, const std::string& why);
-  uint64_t liveness_check_ns_ = 0;  // when check_liveness took up the current hang-up
-  void disconnect(Session& s, const std::string& why);
   bool drain(Session& s, uint32_t budget);
   enum class Outcome { kDone, kBackpressure };
   Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
@@ -100,7 +72,6 @@ class Engine {
   void show_cpu(bool parking);
   void periodic();
   void service(const EngineHooks& hooks);
-  void publish_slot(const Session& s);
   void shutdown();
   // ---- restarts (engine_restart.cpp) ----
   // The storage of pool i: the previous daemon's segment when `previous` holds one that
@@ -129,17 +100,14 @@ class Engine {
   shm::SlotInfo* slots_info_ = nullptr;
   std::vector<ServedPool> pools_;
   std::unique_ptr<EventPublisher> events_;  // every pool core's event sink (null: no ring)
-  std::vector<Session> sessions_;
-  std::vector<Pending> pending_;
   shm::UniqueFd listen_fd_;
   shm::UniqueFd epoll_fd_;
-  shm::UniqueFd stop_fd_;           // eventfd
+  shm::UniqueFd stop_fd_;  // eventfd
+  // Attach, liveness and reclaim (daemon/sessions.hpp); indexed by slot.
+  Sessions sessions_{SessionLinks{config_, control_, pools_, epoll_fd_, listen_fd_}};
   std::vector<std::byte> scratch_;  // a copy of the request payload being processed
   Dispatcher dispatcher_;           // validates and runs ring records against the pools' cores
   uint64_t last_periodic_ns_ = 0;
-  uint64_t accept_paused_until_ns_ = 0;  // EMFILE: the listen fd is out of epoll until then
-  uint64_t accept_log_ns_ = 0;           // rate limit of accept warnings
-  uint64_t accept_log_suppressed_ = 0;
   // The wait protocol (DESIGN §4): when the last request came, and a moving average of
   // the gap between requests, which decides whether polling after an answer can pay.
   uint64_t last_request_ns_ = 0;

@@ -108,6 +108,45 @@ Status populate(int fd, std::byte* data, uint64_t offset, uint64_t len, bool* us
   return Status::ok();
 }
 
+// A hugetlbfs pool's size: `bytes` rounded up to the mount's page size. kConfigError when
+// `dir` is not a hugetlbfs mount.
+Result<uint64_t> hugetlbfs_bytes(const std::string& dir, uint64_t bytes) {
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0) return io_error("huge_pages directory " + dir, errno);
+  if (static_cast<long>(fs.f_type) != kHugetlbfsMagic)
+    return Status(ErrorCode::kConfigError,
+                  "huge_pages: " + dir + " is not a hugetlbfs mount (mount -t hugetlbfs none " +
+                      dir + ", and reserve pages in /proc/sys/vm/nr_hugepages)");
+  const uint64_t page = static_cast<uint64_t>(fs.f_bsize);
+  return (bytes + page - 1) / page * page;
+}
+
+// Backs every page of the mapped pool now, chunk by chunk, so that a shortage fails the
+// start with a message that says what to free, not a SIGBUS in a worker later.
+Status prefault(HostPoolMemory& m, uint64_t size, const HostPoolPlacement& placement,
+                const std::string& where_free, const PrefaultProgress& progress) {
+  auto* data = static_cast<std::byte*>(m.segment.data());
+  bool use_fallocate = placement.huge_pages != "transparent";
+  if (progress) progress(0, size);
+  for (uint64_t off = 0; off < size; off += kChunk) {
+    const uint64_t len = std::min(kChunk, size - off);
+    if (Status st = populate(m.segment.fd(), data, off, len, &use_fallocate); !st.is_ok()) {
+      return Status(
+          ErrorCode::kResourceExhausted,
+          "cannot back " + std::to_string(size) + " bytes of " + m.name + " (stopped at " +
+              gib(off) + "): " + st.message() + where_free +
+              (m.hugetlbfs ? "; reserve more huge pages (/proc/sys/vm/nr_hugepages) or lower "
+                             "num_blocks"
+               : placement.numa_node >= 0
+                   ? "; free memory on NUMA node " + std::to_string(placement.numa_node) +
+                         ", or lower num_blocks"
+                   : "; free space in /dev/shm or lower num_blocks"));
+    }
+    if (progress) progress(off + len, size);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<HostPoolMemory> create_host_pool_memory(const std::string& shm_name, uint64_t bytes,
@@ -124,18 +163,9 @@ Result<HostPoolMemory> create_host_pool_memory(const std::string& shm_name, uint
   m.hugetlbfs = !placement.huge_pages.empty() && placement.huge_pages != "transparent";
   uint64_t size = bytes;
   if (m.hugetlbfs) {
-    struct statfs fs {};
-    if (::statfs(placement.huge_pages.c_str(), &fs) != 0)
-      return io_error("huge_pages directory " + placement.huge_pages, errno);
-    if (static_cast<long>(fs.f_type) != kHugetlbfsMagic)
-      return Status(ErrorCode::kConfigError,
-                    "huge_pages: " + placement.huge_pages +
-                        " is not a hugetlbfs mount (mount -t hugetlbfs none " +
-                        placement.huge_pages +
-                        ", and reserve pages in "
-                        "/proc/sys/vm/nr_hugepages)");
-    const uint64_t page = static_cast<uint64_t>(fs.f_bsize);
-    size = (bytes + page - 1) / page * page;
+    auto rounded = hugetlbfs_bytes(placement.huge_pages, bytes);
+    if (!rounded) return rounded.status();
+    size = *rounded;
     m.name = shm_name + " (hugetlb)";
   } else {
     m.name = shm_name;
@@ -173,24 +203,7 @@ Result<HostPoolMemory> create_host_pool_memory(const std::string& shm_name, uint
       return fail(io_error("madvise(MADV_HUGEPAGE) on " + m.name, errno));
   }
 
-  bool use_fallocate = placement.huge_pages != "transparent";
-  if (progress) progress(0, size);
-  for (uint64_t off = 0; off < size; off += kChunk) {
-    const uint64_t len = std::min(kChunk, size - off);
-    if (Status st = populate(m.segment.fd(), data, off, len, &use_fallocate); !st.is_ok()) {
-      return fail(Status(
-          ErrorCode::kResourceExhausted,
-          "cannot back " + std::to_string(size) + " bytes of " + m.name + " (stopped at " +
-              gib(off) + "): " + st.message() + where_free +
-              (m.hugetlbfs ? "; reserve more huge pages (/proc/sys/vm/nr_hugepages) or lower "
-                             "num_blocks"
-               : placement.numa_node >= 0
-                   ? "; free memory on NUMA node " + std::to_string(placement.numa_node) +
-                         ", or lower num_blocks"
-                   : "; free space in /dev/shm or lower num_blocks")));
-    }
-    if (progress) progress(off + len, size);
-  }
+  if (Status st = prefault(m, size, placement, where_free, progress); !st.is_ok()) return fail(st);
   return m;
 }
 

@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "daemon/config.hpp"
 #include "daemon/engine.hpp"
@@ -24,69 +26,24 @@ void on_signal(int) {
   if (g_engine) g_engine->request_stop();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace kvpool::daemon;
-  CLI::App app{"kvpoold: host-local KV-cache block manager daemon"};
-  std::string config_path, instance, runtime_dir, log_level;
-  bool print_default = false, keep_cache = false, supervise = false;
-  std::string hook;
-  app.add_option("-c,--config", config_path, "JSON configuration file");
-  app.add_option("--instance", instance, "instance name (overrides the config)");
-  app.add_option("--runtime-dir", runtime_dir, "directory of the socket (overrides the config)");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
-  app.add_flag("--keep-cache", keep_cache,
-               "on SIGTERM, leave the pools in the supervisor's descriptor store so that the "
-               "next kvpoold adopts them (upgrades); a crash always leaves them");
-  app.add_flag("--supervise", supervise,
-               "run kvpoold as a child and keep its pools across its restarts where systemd "
-               "does not (daemon/supervise.hpp)");
-  app.add_option("--supervise-hook", hook,
-                 "with --supervise: a shell command run before each restart, given the "
-                 "stored descriptors (diagnostics, tests)");
-  app.add_flag("--print-default-config", print_default,
-               "print the built-in configuration and exit");
-  app.set_version_flag("--version", "kvpoold " + kvpool::version_string(),
-                       "print the version and the git commit, and exit");
-  CLI11_PARSE(app, argc, argv);
-
-  if (supervise) {
-    // The child gets every argument but ours.
-    std::vector<std::string> child;
-    for (int i = 0; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--supervise" || a.rfind("--supervise-hook=", 0) == 0) continue;
-      if (a == "--supervise-hook") {
-        ++i;
-        continue;
-      }
-      child.push_back(a);
+// What the supervised kvpoold is started with: every argument but the supervisor's own.
+std::vector<std::string> child_args(int argc, char** argv) {
+  std::vector<std::string> child;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--supervise" || a.rfind("--supervise-hook=", 0) == 0) continue;
+    if (a == "--supervise-hook") {
+      ++i;
+      continue;
     }
-    return run_supervisor(child, hook);
+    child.push_back(a);
   }
-  if (print_default) {
-    std::cout << config_to_json(default_config()) << "\n";
-    return 0;
-  }
-  kvpool::Result<Config> cfg = config_path.empty() ? kvpool::Result<Config>(default_config())
-                                                   : load_config_file(config_path);
-  if (!cfg) {
-    std::fprintf(stderr, "kvpoold: %s\n", cfg.status().to_string().c_str());
-    return 2;
-  }
-  Config config = std::move(cfg.value());
-  if (!instance.empty()) config.instance = instance;
-  if (!runtime_dir.empty()) config.runtime_dir = runtime_dir;
-  if (!log_level.empty()) config.log_level = log_level;
-  if (auto st = validate_config(config); !st.is_ok()) {
-    std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
-    return 2;
-  }
-  const std::string log_to = kvpool::setup_service_log("kvpoold", config.log_level);
-  spdlog::info("kvpoold {} starting (instance '{}', logging to {})", kvpool::version_string(),
-               config.instance, log_to);
+  return child;
+}
 
+// Runs the engine until SIGTERM / SIGINT, telling systemd (sd_notify) how it goes.
+int serve(const kvpool::daemon::Config& config, bool keep_cache) {
+  using namespace kvpool::daemon;
   auto engine = Engine::create(config);
   if (!engine) {
     std::fprintf(stderr, "kvpoold: %s\n", engine.status().to_string().c_str());
@@ -116,4 +73,57 @@ int main(int argc, char** argv) {
   }
   spdlog::info("kvpoold stopped");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvpool::daemon;
+  CLI::App app{"kvpoold: host-local KV-cache block manager daemon"};
+  std::string config_path, instance, runtime_dir, log_level;
+  bool print_default = false, keep_cache = false, supervise = false;
+  std::string hook;
+  app.add_option("-c,--config", config_path, "JSON configuration file");
+  app.add_option("--instance", instance, "instance name (overrides the config)");
+  app.add_option("--runtime-dir", runtime_dir, "directory of the socket (overrides the config)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_flag("--keep-cache", keep_cache,
+               "on SIGTERM, leave the pools in the supervisor's descriptor store so that the "
+               "next kvpoold adopts them (upgrades); a crash always leaves them");
+  app.add_flag("--supervise", supervise,
+               "run kvpoold as a child and keep its pools across its restarts where systemd "
+               "does not (daemon/supervise.hpp)");
+  app.add_option("--supervise-hook", hook,
+                 "with --supervise: a shell command run before each restart, given the "
+                 "stored descriptors (diagnostics, tests)");
+  app.add_flag("--print-default-config", print_default,
+               "print the built-in configuration and exit");
+  app.set_version_flag("--version", "kvpoold " + kvpool::version_string(),
+                       "print the version and the git commit, and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (supervise) return run_supervisor(child_args(argc, argv), hook);
+  if (print_default) {
+    std::cout << config_to_json(default_config()) << "\n";
+    return 0;
+  }
+  kvpool::Result<Config> cfg = config_path.empty() ? kvpool::Result<Config>(default_config())
+                                                   : load_config_file(config_path);
+  if (!cfg) {
+    std::fprintf(stderr, "kvpoold: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  Config config = std::move(cfg.value());
+  if (!instance.empty()) config.instance = instance;
+  if (!runtime_dir.empty()) config.runtime_dir = runtime_dir;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (auto st = validate_config(config); !st.is_ok()) {
+    std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  const std::string log_to = kvpool::setup_service_log("kvpoold", config.log_level);
+  spdlog::info("kvpoold {} starting (instance '{}', logging to {})", kvpool::version_string(),
+               config.instance, log_to);
+
+  return serve(config, keep_cache);
 }

@@ -20,11 +20,11 @@
 #include <mutex>
 #include <thread>
 
-#include "connection.hpp"
 #include "daemon/dispatch.hpp"
 #include "kvpool/client.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/protocol.hpp"
+#include "support/raw_connection.hpp"
 
 namespace kvpool::bench {
 
@@ -283,18 +283,19 @@ void DaemonBackend::engine_step(std::span<const uint64_t> q, uint64_t seed, std:
 }
 
 // ---- kvpoold's rings, raw ------------------------------------------------------------------
-// The same daemon through libkvpool's transport alone (detail::Connection): the records the
-// Unix-socket server gets, with no RAII handles on top. Shows what the shm transport costs
-// apart from the client library's per-block objects.
+// The same daemon through its rings alone (the raw-protocol client of tests/support, which
+// waits for an answer as libkvpool does): the records the Unix-socket server gets, with no
+// RAII handles on top. Shows what the shm transport costs apart from the client library's
+// per-block objects.
 
 namespace {
 
 class RingBackend : public Backend {
  public:
   explicit RingBackend(const KvpooldServer& server) {
-    detail::ConnectionOptions o;
+    testsupport::RawOptions o;
     o.runtime_dir = server.runtime_dir();
-    auto c = detail::Connection::open(server.instance(), o);
+    auto c = testsupport::RawConnection::open(server.instance(), o);
     if (!c) die("kvpoold ring: " + c.status().to_string());
     conn_ = std::move(c.value());
   }
@@ -321,14 +322,14 @@ class RingBackend : public Backend {
   }
 
  private:
-  detail::Response register_fresh(uint64_t seed, std::mt19937_64& rng, uint32_t n) {
+  testsupport::RawResponse register_fresh(uint64_t seed, std::mt19937_64& rng, uint32_t n) {
     auto r = call(proto::Opcode::kAllocate, n, nullptr, 0);
     hash_pages(seed, rng, hashes_, n);
     items_.resize(n);
     for (uint32_t i = 0; i < n; ++i) items_[i] = {r.refs[i], hashes_[i], hashes_[i], 0, 0, 0};
     return call(proto::Opcode::kRegister, n, items_.data(), items_.size() * sizeof(items_[0]));
   }
-  detail::Response call(proto::Opcode op, uint32_t count, const void* items, size_t bytes) {
+  testsupport::RawResponse call(proto::Opcode op, uint32_t count, const void* items, size_t bytes) {
     auto r = conn_->call(op, 0, count, items, bytes);
     if (!r || r->code != ErrorCode::kOk)
       die("kvpoold ring: " + (r ? r->status() : r.status()).to_string());
@@ -341,7 +342,7 @@ class RingBackend : public Backend {
     if (!corr) die("kvpoold ring: " + corr.status().to_string());
   }
 
-  std::unique_ptr<detail::Connection> conn_;
+  std::unique_ptr<testsupport::RawConnection> conn_;
   std::vector<pool::RegisterItem> items_;
   std::vector<uint64_t> hashes_;
 };

@@ -1,6 +1,6 @@
 // A hostile local client for the trust-boundary tests: one attack per run, on a real
-// kvpoold, with libkvpool's transport (it needs the raw parts: the lease word, the pool
-// descriptor), never the daemon's code.
+// kvpoold, with the raw-protocol client of tests/support (it needs the raw parts: the lease
+// word, the pool descriptor), never the daemon's code.
 //
 //   kvpool_attacker --instance I --runtime-dir D <attack>
 //     liar      attach, take 3 mutable blocks, overwrite the lease's futex word with 1 (a
@@ -26,9 +26,10 @@
 #include <iostream>
 #include <string>
 
-#include "connection.hpp"
+#include "support/raw_connection.hpp"
 
 using namespace kvpool;
+using testsupport::RawConnection;
 
 namespace {
 
@@ -78,11 +79,11 @@ int main(int argc, char** argv) {
       attack = a;
     }
   }
-  detail::ConnectionOptions o;
+  testsupport::RawOptions o;
   o.runtime_dir = runtime_dir;
-  auto c = detail::Connection::open(instance, o);
+  auto c = RawConnection::open(instance, o);
   if (!c) die(c.status().to_string());
-  detail::Connection& conn = **c;
+  RawConnection& conn = **c;
 
   if (attack == "liar") {
     auto r = conn.call(proto::Opcode::kAllocate, 0, 3, nullptr, 0);
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (attack == "scribble") {
-    const detail::PoolView& pool = conn.pools().at(0);
+    const testsupport::RawPool& pool = conn.pools().at(0);
     if (block < 0 || static_cast<uint64_t>(block) >= pool.layout.config().num_blocks)
       die("scribble needs --block N within the pool");
     auto* base = static_cast<std::byte*>(pool.data.data());

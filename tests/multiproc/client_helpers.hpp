@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "connection.hpp"  // libkvpool's transport, for raw protocol calls
 #include "harness.hpp"
 #include "kvpool/client.hpp"
+#include "support/raw_connection.hpp"  // raw protocol calls
 
 namespace kvpool::mptest {
 
@@ -46,17 +46,17 @@ inline Pool pool_of(Client& c, const std::string& name = "g") {
   return p.value();
 }
 
-// Options for a libkvpool connection to this daemon.
-inline detail::ConnectionOptions connection_options(const DaemonProcess& d) {
-  detail::ConnectionOptions o;
+// Options for a raw-protocol connection to this daemon (support/raw_connection.hpp).
+inline RawOptions connection_options(const DaemonProcess& d) {
+  RawOptions o;
   o.runtime_dir = d.runtime_dir();
   o.connect_timeout = 10s;
   o.poll_us = 20;
   return o;
 }
 
-inline std::unique_ptr<detail::Connection> open_connection(const DaemonProcess& d) {
-  auto c = detail::Connection::open(d.instance(), connection_options(d));
+inline std::unique_ptr<RawConnection> open_connection(const DaemonProcess& d) {
+  auto c = RawConnection::open(d.instance(), connection_options(d));
   if (!c) throw HarnessError("cannot open a connection: " + c.status().to_string());
   return std::move(c.value());
 }
@@ -118,9 +118,8 @@ inline char proc_state(const std::string& stat_path) {
 
 // A request record with any opcode and bytes, put on the ring as is; returns the answer
 // the daemon sends for `correlation_id`.
-inline detail::Response raw_call(detail::Connection& c, uint32_t type, uint64_t correlation_id,
-                                 uint32_t pool, uint32_t count, const void* items,
-                                 size_t item_bytes) {
+inline RawResponse raw_call(RawConnection& c, uint32_t type, uint64_t correlation_id, uint32_t pool,
+                            uint32_t count, const void* items, size_t item_bytes) {
   std::vector<std::byte> rec(sizeof(proto::RequestHeader) + item_bytes);
   proto::RequestHeader h{correlation_id, pool, count};
   std::memcpy(rec.data(), &h, sizeof(h));
@@ -132,8 +131,8 @@ inline detail::Response raw_call(detail::Connection& c, uint32_t type, uint64_t 
   return r.value();
 }
 
-inline detail::Response must_call(detail::Connection& c, Opcode op, uint32_t pool, uint32_t count,
-                                  const void* items, size_t bytes) {
+inline RawResponse must_call(RawConnection& c, Opcode op, uint32_t pool, uint32_t count,
+                             const void* items, size_t bytes) {
   auto r = c.call(op, pool, count, items, bytes);
   if (!r) throw HarnessError("call failed: " + r.status().to_string());
   return r.value();

@@ -800,7 +800,7 @@ TEST(Version, ClientOfAnotherLayoutMajorIsRefused) {
   const uint64_t refused0 = stat_of(v.stats().refused_attaches);
   auto o = connection_options(d);
   o.layout_major = static_cast<uint16_t>(shm::kLayoutMajor + 1);
-  auto c = detail::Connection::open(d.instance(), o);
+  auto c = RawConnection::open(d.instance(), o);
   ASSERT_FALSE(c) << "a client of layout " << o.layout_major << " was accepted";
   EXPECT_EQ(c.status().code(), ErrorCode::kVersionMismatch) << c.status().to_string();
   const std::string msg = c.status().message();

@@ -28,7 +28,7 @@ struct RawRing {
   uint64_t capacity;
 };
 
-RawRing request_ring(detail::Connection& c) {
+RawRing request_ring(RawConnection& c) {
   shm::ClientHeader* h = c.client_header();
   auto* base = reinterpret_cast<std::byte*>(h);
   auto* rh = reinterpret_cast<shm::RingHeader*>(base + h->request_offset);

@@ -1,0 +1,17 @@
+// The daemon's clock reads: CLOCK_MONOTONIC for every interval and deadline, CLOCK_REALTIME
+// only for times a person reads (a client's attach time in kvpoolctl).
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+
+namespace kvpool::daemon {
+
+inline uint64_t now_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace kvpool::daemon
