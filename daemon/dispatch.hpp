@@ -33,6 +33,9 @@ class Dispatcher {
   // What kVerify and kScrub read: checkers[i] is pool i's (a default one, for a pool whose
   // bytes the daemon cannot read, answers kUnsupported). Without this, every pool is so.
   void set_checkers(std::vector<BlockChecker> checkers) { checkers_ = std::move(checkers); }
+  // What kRegisterTokens checks its token counts against: page_sizes[i] is pool i's tokens
+  // per block. Without this, every pool refuses kRegisterTokens (kUnsupported).
+  void set_page_sizes(std::vector<uint32_t> page_sizes) { page_sizes_ = std::move(page_sizes); }
 
   // proto::record_answers and proto::answer_type (shm/protocol.hpp).
   static bool answers(uint32_t type) { return proto::record_answers(type); }
@@ -84,15 +87,19 @@ class Dispatcher {
   Status verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out);
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
+  // kRegisterTokens: validates the header and sizes, then registers with the tokens.
+  Status register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out);
 
   std::vector<pool::PoolCore*> cores_;
   std::vector<BlockChecker> checkers_;
+  std::vector<uint32_t> page_sizes_;
   uint32_t refs_limit_ = 0;
   // Copies of the payload's items, aligned for the pool core (records are only 8-aligned
   // and live in memory the client can still write).
   std::vector<pool::RegisterItem> items_;  // only for misaligned records
   std::vector<uint64_t> hashes_;
   std::vector<pool::BlockRef> refs_;
+  std::vector<uint32_t> tokens_;  // only for misaligned records
 };
 
 }  // namespace kvpool::daemon

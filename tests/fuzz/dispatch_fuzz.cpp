@@ -124,7 +124,7 @@ void shape(Run& r, uint32_t type, uint8_t flags, std::vector<std::byte>& rec) {
   proto::RequestHeader rq;
   std::memcpy(&rq, rec.data(), sizeof(rq));
   const auto op = static_cast<proto::Opcode>(type);
-  const bool opcode = type >= 1 && type <= proto::kMaxOpcode;
+  const bool opcode = proto::opcode_known(type);
   const uint64_t item = opcode ? proto::request_item_bytes(op) : 0;
   if (flags & 2) rq.pool %= 2;
   if ((flags & 32) && type == static_cast<uint32_t>(proto::Opcode::kAllocate)) rq.count %= 24;
@@ -189,7 +189,7 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
     die("error answer with refs or without a message", rh.count, rh.message_len);
   if (std::memchr(answer.data() + sizeof(rh), 0, rh.message_len) != nullptr)
     die("NUL in an error message");
-  const bool valid_op = type >= 1 && type <= proto::kMaxOpcode;
+  const bool valid_op = proto::opcode_known(type);
   if (!has_header || !valid_op) {
     if (out.code != ErrorCode::kProtocolError)
       die("malformed record not refused", type, rec.size());

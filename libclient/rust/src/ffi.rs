@@ -42,6 +42,14 @@ pub struct kvpool_connect_options {
     pub pin_host_pools: u32,
 }
 
+/// Since ABI 1.1.
+#[repr(C)]
+pub struct kvpool_register_options {
+    pub struct_size: u32,
+    pub checksum: u32,
+    pub send_tokens: u32,
+}
+
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
 pub struct kvpool_layout {
@@ -128,6 +136,13 @@ extern "C" {
         pool: *mut kvpool_pool,
         blocks: *const *mut kvpool_mutable_block,
         count: usize,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_register_blocks_with(
+        pool: *mut kvpool_pool,
+        blocks: *const *mut kvpool_mutable_block,
+        count: usize,
+        options: *const kvpool_register_options,
         out: *mut *mut kvpool_immutable_batch,
     ) -> kvpool_error_code;
     pub fn kvpool_pool_match(

@@ -97,14 +97,23 @@ enum class Opcode : uint32_t {
                 // VerifyResult, in order. At most max(1, kChecksumBudgetBytes / block bytes).
   kScrub = 8,   // payload: one ScrubRequest (count 1). Answer: a ScrubSummary, then
                 // ScrubSummary::reported ScrubMismatch.
+  // 9: kReclaim (restart reattach)
+  // kRegister whose blocks' token ids go into the Stored events (RegisterOptions::send_tokens).
+  // payload: one RegisterTokensHeader, count RegisterItem, then count * tokens_per_block u32
+  // token ids (item i's at i * tokens_per_block). Answer: as kRegister.
+  kRegisterTokens = 10,
 };
-inline constexpr uint32_t kMaxOpcode = 8;
+inline constexpr uint32_t kMaxOpcode = 10;
+// An opcode number kept for a request this daemon does not serve yet: refused as unknown.
+inline constexpr uint32_t kReservedOpcode = 9;
 
 inline bool opcode_answers(Opcode op) {
   return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
 }
 
-inline bool opcode_known(uint32_t type) { return type != 0 && type <= kMaxOpcode; }
+inline bool opcode_known(uint32_t type) {
+  return type != 0 && type <= kMaxOpcode && type != kReservedOpcode;
+}
 
 // Response record type of the answer to an unknown opcode.
 inline constexpr uint32_t kUnknownAnswerType = 0xFFFFu;
@@ -142,6 +151,24 @@ struct RegisterItem {
 };
 static_assert(sizeof(RegisterItem) == 48 && std::is_trivially_copyable_v<RegisterItem>);
 static_assert(offsetof(RegisterItem, checksum) == 40, "no padding: the record travels in shm");
+
+// Heads a kRegisterTokens payload. tokens_per_block must be the pool's page_size (a block
+// registers only when complete), and at most kMaxRegisterTokens.
+struct RegisterTokensHeader {
+  uint32_t tokens_per_block;
+  uint32_t reserved;  // 0
+};
+static_assert(sizeof(RegisterTokensHeader) == 8 &&
+              std::is_trivially_copyable_v<RegisterTokensHeader>);
+// Most tokens per block a kRegisterTokens carries: what one event-ring record can carry
+// (shm::kEventMaxTokens, event_ring.hpp).
+inline constexpr uint32_t kMaxRegisterTokens = 4096;
+
+// Bytes of a kRegisterTokens payload of `count` blocks of `tokens_per_block` tokens.
+inline uint64_t register_tokens_bytes(uint32_t count, uint32_t tokens_per_block) {
+  return sizeof(RegisterTokensHeader) +
+         uint64_t{count} * (sizeof(RegisterItem) + uint64_t{tokens_per_block} * sizeof(uint32_t));
+}
 
 // ---- checksum requests (kVerify, kScrub) -------------------------------------------------
 // Their answers reuse the common framing: ResponseHeader::count counts 8-byte words (a
