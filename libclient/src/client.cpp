@@ -242,16 +242,17 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
       items[i].checksum = block_checksum(base, c->conn->pools()[pool].layout, b.block_id());
     hashes[i] = *seq;
   }
-  Result<uint64_t> corr = Result<uint64_t>(bad);
-  if (bad.is_ok() && options.send_tokens) {
+  auto send = [&]() -> Result<uint64_t> {
+    if (!bad.is_ok()) return bad;
+    const auto n = static_cast<uint32_t>(items.size());
+    if (!options.send_tokens)
+      return c->conn->send(Opcode::kRegister, pool, n, items.data(),
+                           items.size() * sizeof(pool::RegisterItem));
     const std::vector<std::byte> payload =
         register_tokens_payload(items, blocks, c->conn->pools()[pool].layout.config().page_size);
-    corr = c->conn->send(Opcode::kRegisterTokens, pool, static_cast<uint32_t>(items.size()),
-                         payload.data(), payload.size());
-  } else if (bad.is_ok()) {
-    corr = c->conn->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()), items.data(),
-                         items.size() * sizeof(pool::RegisterItem));
-  }
+    return c->conn->send(Opcode::kRegisterTokens, pool, n, payload.data(), payload.size());
+  };
+  Result<uint64_t> corr = send();
   // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
   // they are forgotten without releasing once the answer says so. On failure nothing
   // changed daemon-side and the vector's destructor releases them as usual.

@@ -271,8 +271,11 @@ TEST_F(VllmEvents, ALapOfTheRingIsAClearAndTheWholeRegistryAgain) {
   EXPECT_NE(read_file(dir_ + "/events.stderr").find("fell a lap"), std::string::npos);
   // The resync tells the registry, which keeps no token ids: none, though they were sent.
   for (size_t i = static_cast<size_t>(last_clear(b)); i < b.size(); ++i)
-    for (const auto& e : b[i]["events"])
-      if (e["type"] == "BlockStored") EXPECT_EQ(e["token_ids"], nlohmann::json::array());
+    for (const auto& e : b[i]["events"]) {
+      if (e["type"] == "BlockStored") {
+        EXPECT_EQ(e["token_ids"], nlohmann::json::array());
+      }
+    }
 }
 
 TEST_F(VllmEvents, ADaemonRestartIsAClearWithSequenceNumbersGoingOn) {

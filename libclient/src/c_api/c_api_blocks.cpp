@@ -29,10 +29,10 @@ bool register_options(const kvpool_register_options* options, RegisterOptions* o
   kvpool_register_options o{};
   if (options) {
     if (options->struct_size < offsetof(kvpool_register_options, checksum)) {
-      fail(KVPOOL_ERR_INVALID_ARGUMENT,
-           (std::string(fn) +
-            ": options->struct_size is too small (use kvpool_register_options_init)")
-               .c_str());
+      (void)fail(KVPOOL_ERR_INVALID_ARGUMENT,
+                 (std::string(fn) +
+                  ": options->struct_size is too small (use kvpool_register_options_init)")
+                     .c_str());
       return false;
     }
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
