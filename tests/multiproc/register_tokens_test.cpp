@@ -9,6 +9,7 @@
 #include "client_helpers.hpp"
 #include "harness.hpp"
 #include "kvpool/client.hpp"
+#include "kvpool/core/token_block.hpp"
 
 namespace kvpool::mptest {
 namespace {
