@@ -398,6 +398,48 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(router.messages),
         static_cast<unsigned long long>(router.errors),
         stored_rate >= 100'000 && removed_rate >= 100'000 ? "met" : "NOT met");
+
+    // ---- what send_tokens costs a register call: with and without, interleaved --------------
+    // Forwarders stopped (the ring holds the records), so both modes see the same machine.
+    fwd.kill(SIGSTOP);
+    std::vector<double> us[2];
+    const uint32_t rounds = std::min<uint32_t>(2000, blocks / (2 * chain));
+    for (uint32_t r = 0; r < rounds; ++r) {
+      for (int mode = 0; mode < 2; ++mode) {
+        auto mb = pool->allocate_blocks(chain);
+        if (!mb) throw HarnessError("allocate (a/b): " + mb.status().to_string());
+        std::optional<SequenceHash> parent;
+        for (uint32_t i = 0; i < chain; ++i) {
+          for (uint32_t t = 0; t < page; ++t)
+            tokens[t] = 50'000'000 + (r * 2 + mode) * 7919 + i * 31 + t;
+          auto& b = (*mb)[i];
+          (void)b.init_sequence(0, parent);
+          (void)b.add_tokens(tokens);
+          (void)b.commit();
+          parent = *b.sequence_hash();
+        }
+        RegisterOptions o;
+        o.send_tokens = mode == 1;
+        const auto r0 = Clock::now();
+        auto imm = pool->register_blocks(std::move(*mb), o);
+        us[mode].push_back(seconds_since(r0) * 1e6);
+        if (!imm) throw HarnessError("register (a/b): " + imm.status().to_string());
+      }
+    }
+    fwd.kill(SIGCONT);
+    for (int mode = 0; mode < 2; ++mode) {
+      auto& v = us[mode];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      double total = 0;
+      for (double u : v) total += u;
+      std::printf(
+          "  register a/b (%u blocks of %u tokens, interleaved), token ids %-8s: mean %.1f us, "
+          "p50 %.1f us, p90 %.1f us (%zu calls)\n",
+          chain, page, mode ? "sent" : "not sent", total / v.size(), v[v.size() / 2],
+          v[v.size() * 9 / 10], v.size());
+    }
+
     fwd.stop();
     const std::string log = fwd.stderr_text();
     if (std::getenv("KVPOOL_BENCH_LOG")) std::printf("%s", log.c_str());
