@@ -4,8 +4,11 @@
 // to them: pool core -> EventPublisher -> ring.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "daemon/event_publisher.hpp"
@@ -174,6 +177,53 @@ TEST(EventRingTokens, TokensThatWouldTakeMoreThanHalfTheAreaAreLeftOutAndCounted
   ASSERT_EQ(reader.next(&rec), EventRingReader::Outcome::kEvent);
   EXPECT_FALSE(rec.has_tokens());
   EXPECT_EQ(ring.writer.tokens_left_out(), 1u);
+}
+
+// A writer thread against a reader that falls behind now and then: every time the reader
+// gets tokens, they are exactly the ones written for that record (derived from its event
+// id); when they are gone it gets none. Some must come through exactly, or the test proved
+// nothing.
+TEST(EventRingTokens, AConcurrentReaderGetsExactTokensOrNoneNeverOthers) {
+  HeapRing ring(64);  // 32 chunks: a small area that the writer laps often
+  EventRingReader reader = ring.reader();
+  constexpr uint64_t kRecords = 200'000;
+  auto per_of = [](uint64_t id) { return static_cast<uint32_t>(1 + id % 60); };  // 1..3 chunks
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t n = 0; n < kRecords; ++n) {
+      const uint64_t id = ring.writer.next_id();
+      EventPayload p = stored(id);
+      const std::vector<uint32_t> t = tokens_of(static_cast<uint32_t>(id), per_of(id));
+      const std::span<const uint32_t> spans[1] = {t};
+      ring.writer.append(std::span<EventPayload>(&p, 1), spans);
+    }
+    done.store(true, std::memory_order_release);
+  });
+  uint64_t exact = 0, none = 0, wrong = 0;
+  std::vector<uint32_t> got;
+  EventRecord rec{};
+  while (true) {
+    const auto o = reader.next(&rec);
+    if (o == EventRingReader::Outcome::kEmpty) {
+      if (done.load(std::memory_order_acquire) && reader.position() >= reader.published()) break;
+      continue;
+    }
+    if (o != EventRingReader::Outcome::kEvent) continue;
+    if (rec.event_id % 7 == 0) std::this_thread::yield();  // fall behind now and then
+    if (!reader.read_tokens(rec, &got)) {
+      ++none;
+      EXPECT_TRUE(got.empty());
+    } else if (got == tokens_of(static_cast<uint32_t>(rec.event_id), per_of(rec.event_id))) {
+      ++exact;
+    } else {
+      ++wrong;
+    }
+  }
+  writer.join();
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(exact, 0u);
+  std::printf("exact %llu, none %llu\n", static_cast<unsigned long long>(exact),
+              static_cast<unsigned long long>(none));
 }
 
 TEST(EventRingTokens, ARegisterWithTokensReachesTheRingThroughTheDaemonsPublisher) {
