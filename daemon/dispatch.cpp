@@ -5,10 +5,14 @@
 #include <string>
 #include <utility>
 
+#include "kvpool/shm/event_ring.hpp"
+
 namespace kvpool::daemon {
 namespace {
 
 constexpr uint32_t kHeaderBytes = sizeof(proto::ResponseHeader);
+// A register's tokens go into one event-ring record per block.
+static_assert(proto::kMaxRegisterTokens == shm::kEventMaxTokens);
 
 }  // namespace
 
@@ -109,9 +113,16 @@ Status Dispatcher::check(const Request& req, uint32_t pools) const {
                   "pool '" + cores_[rq.pool]->name() +
                       "' is not open to this client (pools[].allowed_uids/allowed_gids)");
   }
-  if (op == proto::Opcode::kAllocate
-          ? item_bytes != 0
-          : item_bytes != proto::request_payload_bytes(op, rq.count)) {
+  if (op == proto::Opcode::kRegisterTokens) {
+    // Variable-sized items: register_tokens checks its own sizes; the batch limit is common.
+    if (rq.count > refs_limit_)
+      return Status(ErrorCode::kInvalidArgument,
+                    "batch of " + std::to_string(rq.count) + " blocks exceeds the " +
+                        std::to_string(refs_limit_) + " one answer can carry (raise ring_bytes)");
+    return Status::ok();
+  }
+  if (op == proto::Opcode::kAllocate ? item_bytes != 0
+                                     : item_bytes != proto::request_payload_bytes(op, rq.count)) {
     return Status(ErrorCode::kProtocolError, "payload of " + std::to_string(item_bytes) +
                                                  " bytes does not hold " +
                                                  std::to_string(rq.count) + " items");
@@ -181,6 +192,10 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
     case proto::Opcode::kReclaim:
       st = reclaim(owner, req, refs_out, count_out);
       break;
+    case proto::Opcode::kRegisterTokens:
+      st = register_tokens(owner, req, refs_out);
+      if (st.is_ok()) *count_out = rq.count;
+      break;
     case proto::Opcode::kPing:
       break;
   }
@@ -200,6 +215,43 @@ uint32_t Dispatcher::write_answer(uint64_t correlation_id, const Status& st, uin
   std::memcpy(answer.data(), &rh, sizeof(rh));
   std::memcpy(answer.data() + used, st.message().data(), rh.message_len);
   return used + rh.message_len;
+}
+
+Status Dispatcher::register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out) {
+  const pool::PoolCore& core = *cores_[r.rq.pool];
+  if (r.rq.pool >= page_sizes_.size() || page_sizes_[r.rq.pool] == 0)
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + core.name() + "' does not take token ids with a register");
+  proto::RegisterTokensHeader h{};
+  if (r.item_bytes < sizeof(h))
+    return Status(ErrorCode::kProtocolError,
+                  "register-with-tokens payload of " + std::to_string(r.item_bytes) +
+                      " bytes is shorter than its " + std::to_string(sizeof(h)) + "-byte header");
+  std::memcpy(&h, r.items, sizeof(h));
+  const uint32_t page = page_sizes_[r.rq.pool];
+  if (h.reserved != 0)
+    return Status(ErrorCode::kProtocolError, "register-with-tokens header: reserved is " +
+                                                 std::to_string(h.reserved) + ", must be 0");
+  if (h.tokens_per_block != page)
+    return Status(ErrorCode::kInvalidArgument,
+                  "register with " + std::to_string(h.tokens_per_block) +
+                      " token ids per block: pool '" + core.name() + "' has " +
+                      std::to_string(page) + " tokens per block (page_size)");
+  if (page > proto::kMaxRegisterTokens)
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + core.name() + "' has " + std::to_string(page) +
+                      " tokens per block: events carry token ids of blocks of at most " +
+                      std::to_string(proto::kMaxRegisterTokens));
+  const uint64_t want = proto::register_tokens_bytes(r.rq.count, page);
+  if (r.item_bytes != want)
+    return Status(ErrorCode::kProtocolError,
+                  "register-with-tokens payload of " + std::to_string(r.item_bytes) +
+                      " bytes does not hold " + std::to_string(r.rq.count) + " blocks of " +
+                      std::to_string(page) + " token ids (" + std::to_string(want) + " bytes)");
+  const std::byte* items = r.items + sizeof(h);
+  const std::byte* tokens = items + uint64_t{r.rq.count} * sizeof(pool::RegisterItem);
+  const pool::RegisterTokens with{items_as(tokens, r.rq.count * page, tokens_), page};
+  return cores_[r.rq.pool]->register_blocks(owner, items_as(items, r.rq.count, items_), out, with);
 }
 
 Status Dispatcher::check_checker(uint32_t pool) const {

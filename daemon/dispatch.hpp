@@ -34,6 +34,9 @@ class Dispatcher {
   // What kVerify and kScrub read: checkers[i] is pool i's (a default one, for a pool whose
   // bytes the daemon cannot read, answers kUnsupported). Without this, every pool is so.
   void set_checkers(std::vector<BlockChecker> checkers) { checkers_ = std::move(checkers); }
+  // What kRegisterTokens checks its token counts against: page_sizes[i] is pool i's tokens
+  // per block. Without this, every pool refuses kRegisterTokens (kUnsupported).
+  void set_page_sizes(std::vector<uint32_t> page_sizes) { page_sizes_ = std::move(page_sizes); }
 
   // kReclaim (a client of the previous daemon, reattached): the engine runs it, since it
   // knows who the caller is (daemon/previous_clients.hpp). Unset: refused.
@@ -99,9 +102,12 @@ class Dispatcher {
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
   Status reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost, uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
+  // kRegisterTokens: validates the header and sizes, then registers with the tokens.
+  Status register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out);
 
   std::vector<pool::PoolCore*> cores_;
   std::vector<BlockChecker> checkers_;
+  std::vector<uint32_t> page_sizes_;
   uint32_t refs_limit_ = 0;
   // Copies of the payload's items, aligned for the pool core (records are only 8-aligned
   // and live in memory the client can still write).
@@ -110,6 +116,7 @@ class Dispatcher {
   std::vector<pool::BlockRef> refs_;
   std::vector<proto::ReclaimItem> reclaim_items_;
   ReclaimFn reclaim_;
+  std::vector<uint32_t> tokens_;  // only for misaligned records
 };
 
 }  // namespace kvpool::daemon

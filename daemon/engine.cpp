@@ -233,6 +233,9 @@ void Engine::create_dispatcher() {
       checkers[i] = BlockChecker(bytes, *Layout::create(pools_[i].config.layout));
   }
   dispatcher_.set_checkers(std::move(checkers));  // kVerify, kScrub: host pools only
+  std::vector<uint32_t> page_sizes;
+  for (const auto& p : pools_) page_sizes.push_back(p.config.layout.page_size);
+  dispatcher_.set_page_sizes(std::move(page_sizes));  // kRegisterTokens
   // kReclaim: only the caller's own process may take back what it held.
   std::vector<pool::PoolCore*> all;
   for (auto& p : pools_) all.push_back(&p.core);

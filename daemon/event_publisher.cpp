@@ -25,7 +25,11 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
   if (blocks.empty()) return;
   const uint64_t t = realtime_ns();
   scratch_.clear();
+  tokens_.clear();
+  bool any_tokens = false;
   for (const pool::StoredBlock& b : blocks) {
+    any_tokens = any_tokens || !b.tokens.empty();
+    tokens_.push_back(b.tokens);
     shm::EventPayload p = payload(shm::EventType::kStored, pool, t);
     p.sequence_hash = b.sequence_hash;
     p.block_hash = b.block_hash;
@@ -34,7 +38,9 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
     p.flags = b.has_parent ? shm::kEventHasParent : 0;
     scratch_.push_back(p);
   }
-  writer_.append(scratch_);
+  // Without tokens the append is the same as before tokens existed: the area stays untouched.
+  writer_.append(scratch_, any_tokens ? std::span<const std::span<const uint32_t>>(tokens_)
+                                      : std::span<const std::span<const uint32_t>>());
 }
 
 void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {

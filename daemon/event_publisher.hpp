@@ -24,7 +24,8 @@ class EventPublisher final : public pool::EventSink {
 
  private:
   shm::EventRingWriter writer_;
-  std::vector<shm::EventPayload> scratch_;  // grows to the largest batch, then reused
+  std::vector<shm::EventPayload> scratch_;         // grows to the largest batch, then reused
+  std::vector<std::span<const uint32_t>> tokens_;  // the batch's token ids, per record
 };
 
 }  // namespace kvpool::daemon

@@ -167,6 +167,25 @@ struct RegisterCall {
   std::vector<SequenceHash> hashes;
 };
 
+// A kRegisterTokens payload (shm/protocol.hpp): header, the items, then each block's tokens
+// (committed blocks hold exactly page_size of them).
+std::vector<std::byte> register_tokens_payload(std::span<const pool::RegisterItem> items,
+                                               std::span<const MutableBlock> blocks,
+                                               uint32_t page_size) {
+  const auto n = static_cast<uint32_t>(items.size());
+  std::vector<std::byte> out(proto::register_tokens_bytes(n, page_size));
+  const proto::RegisterTokensHeader h{page_size, 0};
+  std::memcpy(out.data(), &h, sizeof(h));
+  std::memcpy(out.data() + sizeof(h), items.data(), items.size_bytes());
+  std::byte* at = out.data() + sizeof(h) + items.size_bytes();
+  for (const MutableBlock& b : blocks) {
+    const std::span<const Token> t = b.state().tokens();
+    std::memcpy(at, t.data(), std::min<size_t>(t.size(), page_size) * sizeof(Token));
+    at += uint64_t{page_size} * sizeof(Token);
+  }
+  return out;
+}
+
 RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                            const std::string& pool_name, std::vector<MutableBlock> blocks,
                            const RegisterOptions& options) {
@@ -237,10 +256,17 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
       items[i].checksum = block_checksum(base, c->conn().pools()[pool].layout, b.block_id());
     hashes[i] = *seq;
   }
-  Result<detail::Call> corr =
-      bad.is_ok() ? c->send(Opcode::kRegister, pool, static_cast<uint32_t>(items.size()),
-                            items.data(), items.size() * sizeof(pool::RegisterItem))
-                  : Result<detail::Call>(bad);
+  auto send = [&]() -> Result<detail::Call> {
+    if (!bad.is_ok()) return bad;
+    const auto n = static_cast<uint32_t>(items.size());
+    if (!options.send_tokens)
+      return c->send(Opcode::kRegister, pool, n, items.data(),
+                     items.size() * sizeof(pool::RegisterItem));
+    const std::vector<std::byte> payload =
+        register_tokens_payload(items, blocks, c->conn().pools()[pool].layout.config().page_size);
+    return c->send(Opcode::kRegisterTokens, pool, n, payload.data(), payload.size());
+  };
+  Result<detail::Call> corr = send();
   // The daemon now owns the caller's blocks (registered, or recycled when deduplicated):
   // they are forgotten without releasing once the answer says so. On failure nothing
   // changed daemon-side and the vector's destructor releases them as usual.

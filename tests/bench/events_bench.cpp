@@ -4,12 +4,15 @@
 // and, in the same run from the same ring, kvpool-events --format vllm -> ZMQ PUB -> a SUB
 // socket in this process that decodes the msgpack KVEventBatches into a hash set (what a
 // vLLM-format indexer does).
-//   ./build/tests/events/kvpool_events_bench [--blocks N] [--chain K]
+//   ./build/tests/events/kvpool_events_bench [--blocks N] [--chain K] [--send-tokens]
 // Prints block events per second for the stored and the removed phase of both paths;
-// target >= 100k/s, and the ZMQ path >= the NATS path.
+// target >= 100k/s, and the ZMQ path >= the NATS path. --send-tokens registers with
+// RegisterOptions::send_tokens (the ZMQ consumer then checks every block's token ids); the
+// register call's latency is printed either way, so two runs tell what the tokens cost.
 // Needs nats-server (apt install nats-server); starts and stops everything itself.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +79,8 @@ class ZmqIndex {
   uint64_t batches() const { return batches_.load(); }
   uint64_t clears() const { return clears_.load(); }
   uint64_t gaps() const { return gaps_.load(); }
+  uint64_t blocks_with_tokens() const { return with_tokens_.load(); }
+  uint64_t bad_tokens() const { return bad_tokens_.load(); }
 
  private:
   void run() {
@@ -122,6 +127,7 @@ class ZmqIndex {
           continue;
         }
         const msgpack::object& hs = e.via.map.ptr[1].val;  // block_hashes: first after the tag
+        if (type == "BlockStored") count_tokens(e, hs.via.array.size);
         for (uint32_t k = 0; k < hs.via.array.size; ++k) {
           const int64_t h = hs.via.array.ptr[k].as<int64_t>();
           if (type == "BlockStored") {
@@ -136,13 +142,32 @@ class ZmqIndex {
     total_.store(hashes_.size());
   }
 
+  // BlockStored: token_ids (4th field), block_size (5th). The bench's blocks hold runs of
+  // consecutive ids, so a block whose ids are not one run got another block's (or garbage).
+  void count_tokens(const msgpack::object& e, uint32_t blocks) {
+    const msgpack::object& ids = e.via.map.ptr[3].val;
+    const uint32_t page = e.via.map.ptr[4].val.as<uint32_t>();
+    if (ids.via.array.size == 0 || page == 0) return;
+    if (ids.via.array.size != uint64_t{blocks} * page) {
+      bad_tokens_ += blocks;
+      return;
+    }
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint32_t first = ids.via.array.ptr[b * page].as<uint32_t>();
+      bool run = true;
+      for (uint32_t t = 1; t < page; ++t)
+        run = run && ids.via.array.ptr[b * page + t].as<uint32_t>() == first + t;
+      ++(run ? with_tokens_ : bad_tokens_);
+    }
+  }
+
   void* ctx_;
   void* sub_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::unordered_set<int64_t> hashes_;
   std::atomic<size_t> total_{0};
-  std::atomic<uint64_t> batches_{0}, clears_{0}, gaps_{0};
+  std::atomic<uint64_t> batches_{0}, clears_{0}, gaps_{0}, with_tokens_{0}, bad_tokens_{0};
   bool have_seq_ = false;
   uint64_t next_seq_ = 0;
 };
@@ -156,7 +181,10 @@ double seconds_since(Clock::time_point t) {
 int main(int argc, char** argv) {
   uint32_t blocks = 200'000;
   uint32_t chain = 64;  // blocks per register call (one stored message each)
-  for (int i = 1; i + 1 < argc; i += 2) {
+  RegisterOptions register_options;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--send-tokens")) register_options.send_tokens = true;
+    if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--blocks")) blocks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--chain")) chain = static_cast<uint32_t>(std::atoi(argv[i + 1]));
   }
@@ -231,6 +259,8 @@ int main(int argc, char** argv) {
 
     // `blocks` blocks as chains of `chain` blocks, one register call (one message) each.
     std::vector<Token> tokens(page);
+    // Register calls alone (not allocate, not filling blocks): what send_tokens costs.
+    std::vector<double> register_us;
     auto register_all = [&](uint32_t seed) {
       for (uint32_t done = 0; done < blocks;) {
         const uint32_t k = std::min(chain, blocks - done);
@@ -245,7 +275,9 @@ int main(int argc, char** argv) {
           (void)b.commit();
           parent = *b.sequence_hash();
         }
-        auto imm = pool->register_blocks(std::move(*mb));
+        const auto r0 = Clock::now();
+        auto imm = pool->register_blocks(std::move(*mb), register_options);
+        register_us.push_back(seconds_since(r0) * 1e6);
         if (!imm) throw HarnessError("register: " + imm.status().to_string());
         done += k;
       }
@@ -272,8 +304,9 @@ int main(int argc, char** argv) {
                  [&] { return std::to_string(router.total()) + " left"; });
     };
     std::printf(
-        "kvpool_events_bench: %u blocks, register calls of %u blocks (one stored message each)\n",
-        blocks, chain);
+        "kvpool_events_bench: %u blocks, register calls of %u blocks (one stored message each), "
+        "page %u, token ids %s\n",
+        blocks, chain, page, register_options.send_tokens ? "sent" : "not sent");
 
     // ---- live: events flow while the daemon produces them --------------------------------
     auto t = Clock::now();
@@ -339,10 +372,24 @@ int main(int argc, char** argv) {
                 zmq_stored_s, zs, zs / stored_rate);
     std::printf("  ring->ZMQ (vLLM msgpack) removed: %.3f s -> %.0f block events/s (%.2fx NATS)\n",
                 zmq_removed_s, zr, zr / removed_rate);
-    std::printf("  ZMQ consumer: %llu batches, %llu AllBlocksCleared, %llu sequence gaps\n",
-                static_cast<unsigned long long>(zindex.batches()),
-                static_cast<unsigned long long>(zindex.clears()),
-                static_cast<unsigned long long>(zindex.gaps()));
+    std::printf(
+        "  ZMQ consumer: %llu batches, %llu AllBlocksCleared, %llu sequence gaps, %llu blocks "
+        "with token ids (%llu with wrong ones)\n",
+        static_cast<unsigned long long>(zindex.batches()),
+        static_cast<unsigned long long>(zindex.clears()),
+        static_cast<unsigned long long>(zindex.gaps()),
+        static_cast<unsigned long long>(zindex.blocks_with_tokens()),
+        static_cast<unsigned long long>(zindex.bad_tokens()));
+    std::sort(register_us.begin(), register_us.end());
+    double sum = 0;
+    for (double u : register_us) sum += u;
+    if (!register_us.empty())
+      std::printf(
+          "  register call (%u blocks, token ids %s): mean %.1f us, p50 %.1f us, p99 %.1f us "
+          "(%.2f us per block; %zu calls)\n",
+          chain, register_options.send_tokens ? "sent" : "not sent", sum / register_us.size(),
+          register_us[register_us.size() / 2], register_us[register_us.size() * 99 / 100],
+          sum / register_us.size() / chain, register_us.size());
     zfwd.kill(SIGTERM);
     (void)zfwd.wait_exit(10s);
     std::printf(
@@ -351,6 +398,48 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(router.messages),
         static_cast<unsigned long long>(router.errors),
         stored_rate >= 100'000 && removed_rate >= 100'000 ? "met" : "NOT met");
+
+    // ---- what send_tokens costs a register call: with and without, interleaved --------------
+    // Forwarders stopped (the ring holds the records), so both modes see the same machine.
+    fwd.kill(SIGSTOP);
+    std::vector<double> us[2];
+    const uint32_t rounds = std::min<uint32_t>(2000, blocks / (2 * chain));
+    for (uint32_t r = 0; r < rounds; ++r) {
+      for (int mode = 0; mode < 2; ++mode) {
+        auto mb = pool->allocate_blocks(chain);
+        if (!mb) throw HarnessError("allocate (a/b): " + mb.status().to_string());
+        std::optional<SequenceHash> parent;
+        for (uint32_t i = 0; i < chain; ++i) {
+          for (uint32_t t = 0; t < page; ++t)
+            tokens[t] = 50'000'000 + (r * 2 + mode) * 7919 + i * 31 + t;
+          auto& b = (*mb)[i];
+          (void)b.init_sequence(0, parent);
+          (void)b.add_tokens(tokens);
+          (void)b.commit();
+          parent = *b.sequence_hash();
+        }
+        RegisterOptions o;
+        o.send_tokens = mode == 1;
+        const auto r0 = Clock::now();
+        auto imm = pool->register_blocks(std::move(*mb), o);
+        us[mode].push_back(seconds_since(r0) * 1e6);
+        if (!imm) throw HarnessError("register (a/b): " + imm.status().to_string());
+      }
+    }
+    fwd.kill(SIGCONT);
+    for (int mode = 0; mode < 2; ++mode) {
+      auto& v = us[mode];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      double total = 0;
+      for (double u : v) total += u;
+      std::printf(
+          "  register a/b (%u blocks of %u tokens, interleaved), token ids %-8s: mean %.1f us, "
+          "p50 %.1f us, p90 %.1f us (%zu calls)\n",
+          chain, page, mode ? "sent" : "not sent", total / v.size(), v[v.size() / 2],
+          v[v.size() * 9 / 10], v.size());
+    }
+
     fwd.stop();
     const std::string log = fwd.stderr_text();
     if (std::getenv("KVPOOL_BENCH_LOG")) std::printf("%s", log.c_str());

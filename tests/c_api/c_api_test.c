@@ -634,6 +634,56 @@ static void test_async(kvpool_client* c, kvpool_pool* p) {
 }
 
 /* kvpoold dies under the client: every call says DaemonGone, nothing hangs. */
+/* ABI 1.1: register with options (send_tokens: the blocks' token ids go into kvpoold's KV
+ * events; checksum). The blocks register as with the plain call. */
+static void test_register_options(kvpool_pool* p) {
+  kvpool_register_options o;
+  memset(&o, 0xFF, sizeof(o));
+  kvpool_register_options_init(&o);
+  CHECK(o.struct_size == sizeof(kvpool_register_options));
+  CHECK(o.checksum == 0 && o.send_tokens == 0);
+  o.send_tokens = 1;
+
+  kvpool_mutable_batch* batch = NULL;
+  OK(kvpool_pool_allocate(p, 2, &batch));
+  uint64_t hashes[2] = {0, 0};
+  for (size_t i = 0; i < 2; ++i) {
+    kvpool_mutable_block* b = kvpool_mutable_batch_at(batch, i);
+    fill_block(b, (uint32_t)(7000 + 4 * i), i > 0, i > 0 ? hashes[0] : 0, 1);
+    OK(kvpool_mutable_block_sequence_hash(b, &hashes[i]));
+  }
+  kvpool_immutable_batch* reg = NULL;
+  OK(kvpool_pool_register_batch_with(p, batch, &o, &reg));
+  uint64_t got[2] = {0, 0};
+  CHECK(kvpool_immutable_batch_sequence_hashes(reg, got, 2) == 2);
+  CHECK(got[0] == hashes[0] && got[1] == hashes[1]);
+  kvpool_immutable_batch_release(reg);
+
+  /* Separately owned blocks, tokens and a checksum. */
+  o.checksum = 1;
+  OK(kvpool_pool_allocate(p, 1, &batch));
+  kvpool_mutable_block* one = NULL;
+  OK(kvpool_mutable_batch_take(batch, 0, &one));
+  kvpool_mutable_batch_release(batch);
+  fill_block(one, 7100, 0, 0, 2);
+  OK(kvpool_pool_register_blocks_with(p, &one, 1, &o, &reg));
+  CHECK(kvpool_immutable_batch_size(reg) == 1);
+  kvpool_immutable_batch_release(reg);
+
+  /* NULL options: the defaults. A struct too small to hold a field: refused (and the batch
+   * consumed, as always). */
+  OK(kvpool_pool_allocate(p, 1, &batch));
+  fill_block(kvpool_mutable_batch_at(batch, 0), 7200, 0, 0, 3);
+  OK(kvpool_pool_register_batch_with(p, batch, NULL, &reg));
+  kvpool_immutable_batch_release(reg);
+  OK(kvpool_pool_allocate(p, 1, &batch));
+  fill_block(kvpool_mutable_batch_at(batch, 0), 7300, 0, 0, 4);
+  o.struct_size = 2;
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "struct_size",
+        kvpool_pool_register_batch_with(p, batch, &o, &reg));
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_register_batch_with(p, NULL, NULL, &reg));
+}
+
 static void test_daemon_gone(kvpool_client* c, kvpool_pool* p) {
   uint64_t h = 1;
   kvpool_mutable_batch* keep = NULL;
@@ -681,6 +731,7 @@ int main(int argc, char** argv) {
     test_token_api(c, p);
     test_allocate_register_match(c, p);
     test_async(c, p);
+    test_register_options(p);
     test_daemon_gone(c, p);
   }
   kvpool_pool_release(p);

@@ -218,8 +218,8 @@ nlohmann::json events_config(uint32_t blocks, uint32_t event_ring_slots) {
   return c;
 }
 
-std::vector<ImmutableBlock> register_tokens(Pool& pool, const std::vector<Token>& tokens,
-                                            Salt salt) {
+std::vector<ImmutableBlock> register_tokens(Pool& pool, const std::vector<Token>& tokens, Salt salt,
+                                            const RegisterOptions& options) {
   auto seq = TokenBlockSequence::create(tokens, pool.page_size(), salt);
   if (!seq) throw HarnessError(seq.status().to_string());
   const auto& tbs = seq->blocks();
@@ -231,7 +231,7 @@ std::vector<ImmutableBlock> register_tokens(Pool& pool, const std::vector<Token>
         !b.add_tokens(tbs[i].tokens).is_ok() || !b.commit().is_ok())
       throw HarnessError("cannot fill block " + std::to_string(i));
   }
-  auto reg = pool.register_blocks(std::move(*blocks));
+  auto reg = pool.register_blocks(std::move(*blocks), options);
   if (!reg) throw HarnessError("register: " + reg.status().to_string());
   return std::move(reg.value());
 }

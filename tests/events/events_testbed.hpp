@@ -105,9 +105,9 @@ class RouterProcess {
 nlohmann::json events_config(uint32_t blocks = 64, uint32_t event_ring_slots = 65536);
 
 // Registers `tokens` (whole blocks only) as one register call; returns the immutable blocks
-// (hold them to keep the blocks active).
-std::vector<ImmutableBlock> register_tokens(Pool& pool, const std::vector<Token>& tokens,
-                                            Salt salt);
+// (hold them to keep the blocks active). `options`: e.g. send_tokens.
+std::vector<ImmutableBlock> register_tokens(Pool& pool, const std::vector<Token>& tokens, Salt salt,
+                                            const RegisterOptions& options = {});
 // Drops nothing itself: allocates every block of the pool once (evicting every inactive
 // block), then returns them.
 void evict_all(Pool& pool, uint32_t num_blocks);

@@ -257,9 +257,11 @@ TEST_F(VllmEvents, ALapOfTheRingIsAClearAndTheWholeRegistryAgain) {
   fwd_->kill(SIGSTOP);
   std::vector<std::vector<ImmutableBlock>> held;
   std::set<int64_t> expected;
+  RegisterOptions with_tokens;
+  with_tokens.send_tokens = true;
   for (Token c = 0; c < 40; ++c) {
     const auto t = token_range(1000 * (c + 1), 4 * kPage);
-    held.push_back(register_tokens(*pool, t, kDynamoSeed));
+    held.push_back(register_tokens(*pool, t, kDynamoSeed, with_tokens));
     for (int64_t h : signed_hashes(t)) expected.insert(h);
   }
   fwd_->kill(SIGCONT);
@@ -267,6 +269,13 @@ TEST_F(VllmEvents, ALapOfTheRingIsAClearAndTheWholeRegistryAgain) {
                         "AllBlocksCleared and the 160 registered blocks after the lap");
   expect_consecutive(b);
   EXPECT_NE(read_file(dir_ + "/events.stderr").find("fell a lap"), std::string::npos);
+  // The resync tells the registry, which keeps no token ids: none, though they were sent.
+  for (size_t i = static_cast<size_t>(last_clear(b)); i < b.size(); ++i)
+    for (const auto& e : b[i]["events"]) {
+      if (e["type"] == "BlockStored") {
+        EXPECT_EQ(e["token_ids"], nlohmann::json::array());
+      }
+    }
 }
 
 TEST_F(VllmEvents, ADaemonRestartIsAClearWithSequenceNumbersGoingOn) {
@@ -294,6 +303,39 @@ TEST_F(VllmEvents, ADaemonRestartIsAClearWithSequenceNumbersGoingOn) {
                    "the new daemon's blocks");
   expect_consecutive(b);  // one stream: sequence numbers went on, never back to 0
   EXPECT_GT(b.back()["seq"].get<uint64_t>(), before - 1);
+}
+
+// RegisterOptions::send_tokens: the BlockStored of that register call carries the exact token
+// ids, block after block; a register without it carries none (a resync carries none either:
+// ALapOfTheRing... below).
+TEST_F(VllmEvents, TokenIdsTravelWhenTheClientSendsThem) {
+  start(64, 65536);
+  wait_batches([](auto& b) { return clears(b) == 1; }, "the start's AllBlocksCleared");
+  Client client = connect();
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  RegisterOptions with_tokens;
+  with_tokens.send_tokens = true;
+  // Ids above 2^31 and a 0: they must come through as the unsigned ints vLLM sends.
+  std::vector<Token> sent = token_range(0xFFFFFFF0u, 3 * kPage);
+  sent[1] = 0;
+  const auto plain = token_range(900, 2 * kPage);
+  auto held = register_tokens(*pool, sent, kDynamoSeed, with_tokens);
+  auto held2 = register_tokens(*pool, plain, kDynamoSeed);
+  std::set<int64_t> both = signed_hashes(sent);
+  for (int64_t h : signed_hashes(plain)) both.insert(h);
+  auto b = wait_batches([&](auto& b) { return stored_now(b) == both; },
+                        "the BlockStored of both register calls");
+  std::vector<nlohmann::json> stored;
+  for (const auto& batch : b)
+    for (const auto& e : batch["events"])
+      if (e["type"] == "BlockStored") stored.push_back(e);
+  ASSERT_EQ(stored.size(), 2u) << b.back().dump();
+  EXPECT_EQ(stored[0]["block_hashes"].get<std::vector<int64_t>>(), signed_chain(sent));
+  EXPECT_EQ(stored[0]["token_ids"].get<std::vector<uint64_t>>(),
+            std::vector<uint64_t>(sent.begin(), sent.end()));
+  EXPECT_EQ(stored[1]["block_hashes"].get<std::vector<int64_t>>(), signed_chain(plain));
+  EXPECT_EQ(stored[1]["token_ids"], nlohmann::json::array());
 }
 
 // The subscriber is strict: the array form of older vLLM is not what today's Structs

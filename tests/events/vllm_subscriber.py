@@ -132,6 +132,14 @@ def decode_event(obj: Any, where: str):
             decode_hashes([event.parent_block_hash], f"{where}.parent_block_hash")
         for t in event.token_ids:
             check_type(f"{where}.token_ids[]", t, int)
+            if not 0 <= t < 2**32:
+                raise DecodeError(f"{where}.token_ids: {t} is not a token id")
+        # What consumers that hash tokens (llm-d's indexer) rely on: a block_size of token
+        # ids per block hash, or none at all.
+        want = event.block_size * len(event.block_hashes)
+        if event.token_ids and len(event.token_ids) != want:
+            raise DecodeError(f"{where}.token_ids: {len(event.token_ids)} ids for "
+                              f"{len(event.block_hashes)} blocks of {event.block_size}")
     return event
 
 

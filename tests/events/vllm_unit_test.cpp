@@ -194,6 +194,31 @@ TEST(VllmBatchBuilder, RegisterCallsBecomeChainedBlockStoredPerMedium) {
   EXPECT_TRUE(b.in_sync());
 }
 
+// A BlockStored carries the token ids of all its blocks or of none (consumers split them by
+// block_size): a chain whose blocks differ in that is split, each part keeping its parent.
+TEST(VllmBatchBuilder, TokenIdsGoWithTheirBlocksAndSplitAChainWhereSomeLackThem) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink());
+  b.set_pools(two_pools());  // pool 0: 16 tokens per block
+  Records rec;
+  const std::vector<uint32_t> page(16, 7), short_page(15, 7);
+  auto r = rec.stored(0, {{10, 1, std::nullopt}, {11, 2, 10}, {12, 3, 11}, {13, 4, 12}});
+  b.add(r[0], page);
+  b.add(r[1], page);
+  b.add(r[2]);              // lost (overwritten) or never sent: none
+  b.add(r[3], short_page);  // not a whole page: treated as none
+  b.flush();
+  ASSERT_EQ(out.got.size(), 1u);
+  const auto& e = out.got[0].events;
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].block_hashes, (std::vector<int64_t>{10, 11}));
+  EXPECT_EQ(e[0].token_ids, 32u);
+  EXPECT_EQ(e[1].block_hashes, (std::vector<int64_t>{12, 13}));
+  EXPECT_EQ(e[1].parent, 11);
+  EXPECT_EQ(e[1].token_ids, 0u);
+  EXPECT_EQ(b.stats().blocks_with_tokens, 2u);
+}
+
 TEST(VllmBatchBuilder, APoolClearAsksForAResyncWhichClearsThenStoresTheRegistry) {
   Batches out;
   VllmBatchBuilder b(VllmEncoding::kMap, 2, out.sink());

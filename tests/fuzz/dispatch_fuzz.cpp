@@ -124,7 +124,7 @@ void shape(Run& r, uint32_t type, uint8_t flags, std::vector<std::byte>& rec) {
   proto::RequestHeader rq;
   std::memcpy(&rq, rec.data(), sizeof(rq));
   const auto op = static_cast<proto::Opcode>(type);
-  const bool opcode = type >= 1 && type <= proto::kMaxOpcode;
+  const bool opcode = proto::opcode_known(type);
   const uint64_t item = opcode ? proto::request_item_bytes(op) : 0;
   if (flags & 2) rq.pool %= 2;
   if ((flags & 32) && type == static_cast<uint32_t>(proto::Opcode::kAllocate)) rq.count %= 24;
@@ -189,7 +189,7 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
     die("error answer with refs or without a message", rh.count, rh.message_len);
   if (std::memchr(answer.data() + sizeof(rh), 0, rh.message_len) != nullptr)
     die("NUL in an error message");
-  const bool valid_op = type >= 1 && type <= proto::kMaxOpcode;
+  const bool valid_op = proto::opcode_known(type);
   if (!has_header || !valid_op) {
     if (out.code != ErrorCode::kProtocolError)
       die("malformed record not refused", type, rec.size());
@@ -199,7 +199,9 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
     die("more refs than asked", rh.count, rq.count);
   const auto op = static_cast<proto::Opcode>(type);
   if (out.code == ErrorCode::kOk &&
-      (op == proto::Opcode::kAllocate || op == proto::Opcode::kRegister) && rh.count != rq.count)
+      (op == proto::Opcode::kAllocate || op == proto::Opcode::kRegister ||
+       op == proto::Opcode::kRegisterTokens) &&
+      rh.count != rq.count)
     die("allocate/register answered a partial batch", rh.count, rq.count);
   if (op == proto::Opcode::kPing && rec.size() == sizeof(rq) &&
       rq.count <= r.dispatcher.refs_limit() && out.code != ErrorCode::kOk)
@@ -235,6 +237,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (auto& c : r.cores) ptrs.push_back(&c);
   r.dispatcher = daemon::Dispatcher(ptrs, kMaxPayload);
+  // kRegisterTokens checks its token counts against these (4 tokens per block, every pool).
+  r.dispatcher.set_page_sizes(std::vector<uint32_t>(ptrs.size(), 4));
 
   alignas(8) static std::byte answer[kMaxPayload];
   std::vector<std::byte> rec;

@@ -1,15 +1,18 @@
 """Blocks through the bindings: token API, memory views, release, the GIL."""
 
+import asyncio
 import ctypes
 import gc
+import json
 import signal
+import subprocess
 import threading
 
 import numpy as np
 import pytest
 
 import kvpool
-from conftest import host_pool, wait_until
+from conftest import binary, host_pool, wait_until
 
 
 PyBUF_SIMPLE, PyBUF_WRITABLE = 0, 1
@@ -191,3 +194,32 @@ def test_gil_is_released_while_waiting_for_the_daemon(daemon):
         daemon.proc.send_signal(signal.SIGCONT)
     t.join(timeout=30)
     assert result == [1]
+
+
+def ring_stored_events(daemon):
+    """The Stored records of kvpoold's event ring, as `kvpoolctl events --json` prints them."""
+    out = subprocess.run([binary("KVPOOLCTL"), "events", "--all", "--json", "--instance",
+                          daemon.instance, "--runtime-dir", daemon.runtime_dir],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines() if line]
+    return [e for e in events if e.get("type") == "stored"]
+
+
+def test_register_send_tokens_puts_the_token_ids_into_the_events(daemon):
+    client = daemon.connect()
+    pool = client.pool("g")
+    with_tokens = filled(pool, 2, first_token=4_000_000_000)  # ids above 2**31 too
+    sent = [t for b in with_tokens for t in b.tokens]
+    shared = pool.register_blocks(with_tokens, send_tokens=True)
+    plain = pool.register_blocks(filled(pool, 1, first_token=500))  # the default: no tokens
+    later = asyncio.run(pool.register_blocks_async(filled(pool, 1, first_token=900),
+                                                   send_tokens=True))
+    stored = ring_stored_events(daemon)
+    assert [e["sequence_hash"] for e in stored] == (
+        shared.sequence_hashes + plain.sequence_hashes + later.sequence_hashes)
+    assert stored[0]["token_ids"] + stored[1]["token_ids"] == sent
+    assert stored[2]["token_ids"] == []
+    assert stored[3]["token_ids"] == [900, 901, 902, 903]
+    for blocks in (shared, plain, later):
+        blocks.release()

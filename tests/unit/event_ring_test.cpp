@@ -71,7 +71,9 @@ TEST(EventRing, CapacityMustBeAPowerOfTwo) {
   EXPECT_FALSE(check_event_ring_capacity(1).is_ok());
   EXPECT_FALSE(check_event_ring_capacity(100).is_ok());
   EXPECT_FALSE(check_event_ring_capacity(uint64_t{kEventRingMaxCapacity} * 2).is_ok());
-  EXPECT_EQ(event_ring_bytes(8), 128u + 8 * 64);
+  // Header, slots, and the token area: one 128-byte chunk per two slots (two at least).
+  EXPECT_EQ(event_ring_bytes(8), 128u + 8 * 64 + 4 * 128);
+  EXPECT_EQ(event_token_chunks(2), 2u);
 }
 
 TEST(EventRing, AttachRejectsWhatIsNotARing) {

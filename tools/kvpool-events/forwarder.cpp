@@ -27,7 +27,11 @@ Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
   while (*read < max) {
     auto o = ring.next(&rec);
     if (o == shm::EventRingReader::Outcome::kEvent) {
-      output_->add(rec);
+      // Token ids (a client's send_tokens) or none: read_tokens never gives another
+      // record's, and a reader too far behind gets none (counted).
+      if (rec.has_tokens() && !ring.read_tokens(rec, &tokens_)) ++stats_.tokens_lost;
+      output_->add(
+          rec, rec.has_tokens() ? std::span<const uint32_t>(tokens_) : std::span<const uint32_t>());
       ++*read;
     } else if (o == shm::EventRingReader::Outcome::kLapped) {
       ++stats_.laps;
@@ -111,8 +115,9 @@ void Forwarder::update_gauges() {
 }
 
 void Forwarder::log_stats() {
-  spdlog::info("{}; laps {} (lost {}), resyncs {} (best-effort {})", output_->stats_line(),
-               stats_.laps, stats_.lost_events, stats_.resyncs, stats_.torn_snapshots);
+  spdlog::info("{}; laps {} (lost {}), resyncs {} (best-effort {}), token ids lost {}",
+               output_->stats_line(), stats_.laps, stats_.lost_events, stats_.resyncs,
+               stats_.torn_snapshots, stats_.tokens_lost);
 }
 
 Status Forwarder::run() {

@@ -32,6 +32,7 @@ struct ForwarderStats {
   uint64_t lost_events = 0;  // records overwritten before we read them
   uint64_t resyncs = 0;
   uint64_t torn_snapshots = 0;  // resyncs that had to use a best-effort snapshot
+  uint64_t tokens_lost = 0;     // Stored records whose token ids were overwritten before read
   uint64_t attaches = 0;
 };
 
@@ -88,6 +89,7 @@ class Forwarder {
   uint64_t synced_epoch_ = 0;
   uint64_t gone_epoch_ = 0;  // the daemon that died, when the routers had all its events
   uint32_t gone_pools_ = 0;
+  std::vector<uint32_t> tokens_;         // the token ids of the record being forwarded (reused)
   std::unique_ptr<EventOutput> output_;  // last: destroyed first, before what it may call
 };
 

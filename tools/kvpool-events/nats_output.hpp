@@ -36,7 +36,11 @@ class NatsOutput final : public EventOutput {
     return resync_requested_.exchange(false, std::memory_order_acq_rel);
   }
   void set_pools(std::vector<PoolMeta> pools) override { builder_.set_pools(std::move(pools)); }
-  void add(const shm::EventRecord& record) override { builder_.add(record); }
+  // Dynamo's RouterEvent has no field for token ids (KvCacheStoredBlockData: block_hash,
+  // tokens_hash, mm_extra_info): they are not sent.
+  void add(const shm::EventRecord& record, std::span<const uint32_t>) override {
+    builder_.add(record);
+  }
   void flush() override { builder_.flush(); }
   void resync(std::span<const RegisteredBlock> blocks) override { builder_.resync(blocks); }
   bool in_sync() const override { return builder_.in_sync(); }

@@ -41,12 +41,16 @@ void VllmBatchBuilder::push(VllmEvent e) { events_.push_back(std::move(e)); }
 
 void VllmBatchBuilder::close_open() { open_ = Open::kNone; }
 
-void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent) {
+void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent,
+                                    std::span<const uint32_t> tokens) {
+  // Tokens of a whole page or none: consumers split token_ids by block_size.
+  if (tokens.size() != pool_meta(pools_, pool).page_size) tokens = {};
   // An event's blocks are a chain: continue the open one only where this block hangs under
-  // its last block.
+  // its last block, and its token ids are there exactly when the event's are.
   const bool continues = open_ == Open::kStored && open_pool_ == pool && has_parent &&
                          events_.back().block_hashes.back() == signed_hash(parent) &&
-                         events_.back().block_hashes.size() < kMaxHashesPerEvent;
+                         events_.back().block_hashes.size() < kMaxHashesPerEvent &&
+                         events_.back().token_ids.empty() == tokens.empty();
   if (!continues) {
     begin(pool);
     const PoolMeta& meta = pool_meta(pools_, pool);
@@ -60,16 +64,18 @@ void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent
     open_pool_ = pool;
   }
   events_.back().block_hashes.push_back(signed_hash(seq));
+  events_.back().token_ids.insert(events_.back().token_ids.end(), tokens.begin(), tokens.end());
+  if (!tokens.empty()) ++stats_.blocks_with_tokens;
   ++stats_.stored_blocks;
 }
 
-void VllmBatchBuilder::add(const shm::EventRecord& r) {
+void VllmBatchBuilder::add(const shm::EventRecord& r, std::span<const uint32_t> tokens) {
   ++stats_.records;
   const uint32_t pool = r.payload.pool;
   switch (r.type()) {
     case shm::EventType::kStored:
       if (r.batch_first()) close_open();  // another register call: another BlockStored
-      stored_block(pool, r.payload.sequence_hash, r.has_parent(), r.payload.parent_hash);
+      stored_block(pool, r.payload.sequence_hash, r.has_parent(), r.payload.parent_hash, tokens);
       if (r.batch_last()) close_open();
       break;
     case shm::EventType::kRemoved: {

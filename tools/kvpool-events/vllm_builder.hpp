@@ -3,6 +3,9 @@
 //
 // - Stored: one BlockStored per register call (a ring batch), split where its blocks stop
 //   forming one chain (parent_block_hash is the chain's parent), medium of the pool.
+// - token_ids: a block's token ids when its client registered with send_tokens and the
+//   forwarder read them from the ring in time; empty otherwise, and always empty in a resync
+//   (after a lap, a restart, a consumer's request): the registry keeps no token ids.
 // - Removed: consecutive removals of one pool go out as one BlockRemoved.
 // - A pool's Cleared record: vLLM's only clear is AllBlocksCleared (every medium), so the
 //   builder asks for a resync (in_sync() false) and the forwarder sends AllBlocksCleared and
@@ -31,6 +34,7 @@ struct VllmBuilderStats {
   uint64_t records = 0;
   uint64_t batches = 0;
   uint64_t stored_blocks = 0;
+  uint64_t blocks_with_tokens = 0;  // of which sent with their token ids
   uint64_t removed_blocks = 0;
   uint64_t cleared = 0;
 };
@@ -49,7 +53,10 @@ class VllmBatchBuilder {
   void set_pools(std::vector<PoolMeta> pools) { pools_ = std::move(pools); }
 
   // Feeds the next ring record (in event id order, without gaps; after a gap call resync()).
-  void add(const shm::EventRecord& record);
+  // `tokens`: a Stored record's token ids (a page of them), or empty. A BlockStored carries
+  // the token ids of all its blocks or of none: a block whose tokens differ in that from the
+  // open event's starts another BlockStored (its parent the previous block).
+  void add(const shm::EventRecord& record, std::span<const uint32_t> tokens = {});
   // Sends the batch being built (call when the ring has nothing more for now).
   void flush();
   // Drops what is pending, sends AllBlocksCleared, then `blocks` as BlockStored chains.
@@ -62,7 +69,8 @@ class VllmBatchBuilder {
  private:
   void begin(uint32_t pool);  // flushes first when `pool` has another scheme than the batch
   void push(VllmEvent e);
-  void stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent);
+  void stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent,
+                    std::span<const uint32_t> tokens = {});
   void close_open();
 
   VllmEncoding encoding_;

@@ -41,9 +41,12 @@ struct VllmEvent {
   Kind kind = Kind::kCleared;
   std::vector<int64_t> block_hashes;         // kStored, kRemoved
   std::optional<int64_t> parent_block_hash;  // kStored
-  std::vector<uint32_t> token_ids;           // kStored: empty (kvpool's ring carries no tokens)
-  uint32_t block_size = 0;                   // kStored
-  std::string_view medium;                   // kStored, kRemoved
+  // kStored: every block's token ids, block after block (block_size * block_hashes.size()),
+  // when the registering client sent them (RegisterOptions::send_tokens); else empty, and
+  // always empty in a resync (the registry keeps no tokens).
+  std::vector<uint32_t> token_ids;
+  uint32_t block_size = 0;  // kStored
+  std::string_view medium;  // kStored, kRemoved
 };
 
 // Encodes one KVEventBatch into `out` (replacing its contents).

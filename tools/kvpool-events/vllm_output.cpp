@@ -45,9 +45,9 @@ EventOutput::Counters VllmOutput::counters() const {
 std::string VllmOutput::stats_line() const {
   const VllmBuilderStats& b = builder_.stats();
   return fmt::format(
-      "events {} -> batches {} (stored blocks {}, removed {}, cleared {}); next seq {}, "
-      "replays served {}, send errors {}",
-      b.records, b.batches, b.stored_blocks, b.removed_blocks, b.cleared,
+      "events {} -> batches {} (stored blocks {} ({} with token ids), removed {}, cleared {}); "
+      "next seq {}, replays served {}, send errors {}",
+      b.records, b.batches, b.stored_blocks, b.blocks_with_tokens, b.removed_blocks, b.cleared,
       zmq_ ? zmq_->next_sequence() : 0, zmq_ ? zmq_->replays_served() : 0, send_errors_);
 }
 

@@ -28,7 +28,9 @@ class VllmOutput final : public EventOutput {
   std::string describe() const override;
   void serve() override;
   void set_pools(std::vector<PoolMeta> pools) override { builder_.set_pools(std::move(pools)); }
-  void add(const shm::EventRecord& record) override { builder_.add(record); }
+  void add(const shm::EventRecord& record, std::span<const uint32_t> tokens) override {
+    builder_.add(record, tokens);
+  }
   void flush() override { builder_.flush(); }
   void resync(std::span<const RegisteredBlock> blocks) override { builder_.resync(blocks); }
   bool in_sync() const override { return builder_.in_sync(); }

@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "commands.hpp"
 #include "control_view.hpp"
@@ -46,8 +48,12 @@ std::string pool_name(const ctl::ControlView& v, uint32_t index) {
   return index < v.pools.size() ? v.pools[index].name() : "#" + std::to_string(index);
 }
 
-void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json) {
+void print_event(const ctl::ControlView& v, const shm::EventRingReader& ring,
+                 const shm::EventRecord& r, bool json) {
   const shm::EventPayload& p = r.payload;
+  // A client's send_tokens: the block's token ids, if the ring still holds them.
+  std::vector<uint32_t> tokens;
+  if (r.has_tokens()) ring.read_tokens(r, &tokens);
   const std::string pool = pool_name(v, p.pool);
   if (json) {
     nlohmann::json j{{"event_id", r.event_id},
@@ -69,6 +75,7 @@ void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json
       j["priority"] = p.priority;
       j["batch_id"] = p.batch_id;
       j["batch_size"] = p.batch_size;
+      j["token_ids"] = tokens;
     }
     std::cout << j.dump() << "\n";
     return;
@@ -87,6 +94,9 @@ void print_event(const ctl::ControlView& v, const shm::EventRecord& r, bool json
                       "%" PRIu64 " stored  pool=%s seq=%" PRIu64 " block=%" PRIu64
                       " parent=- priority=%u",
                       r.event_id, pool.c_str(), p.sequence_hash, p.block_hash, p.priority);
+      if (!tokens.empty())
+        std::snprintf(line + std::strlen(line), sizeof(line) - std::strlen(line), " tokens=%zu",
+                      tokens.size());
       break;
     case shm::EventType::kRemoved:
       std::snprintf(line, sizeof(line), "%" PRIu64 " removed pool=%s seq=%" PRIu64, r.event_id,
@@ -136,7 +146,7 @@ void run_events(const EventsOptions& o) {
     shm::EventRecord r;
     switch (ring.next(&r)) {
       case shm::EventRingReader::Outcome::kEvent:
-        print_event(v, r, o.json);
+        print_event(v, ring, r, o.json);
         idle_pause = std::chrono::milliseconds(1);
         continue;
       case shm::EventRingReader::Outcome::kLapped:

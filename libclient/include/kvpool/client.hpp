@@ -73,6 +73,12 @@ struct RegisterOptions {
   // a device pool. A block deduplicated onto an existing one keeps that block's checksum
   // (or its lack of one).
   bool checksum = false;
+  // Send each block's token ids with it, so that kvpoold's KV events carry them
+  // (`kvpool-events --format vllm`: BlockStored.token_ids) for consumers that hash tokens
+  // themselves (llm-d's KV-cache indexer). Costs page_size * 4 bytes per block on the
+  // request ring and in the event ring's token area; off, events carry empty token_ids.
+  // A block deduplicated onto an existing one stores nothing, so its tokens go nowhere.
+  bool send_tokens = false;
 };
 
 // What kvpoold found when it hashed a block (Pool::verify_blocks).

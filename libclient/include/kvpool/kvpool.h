@@ -207,12 +207,36 @@ KVPOOL_API kvpool_error_code kvpool_pool_allocate(kvpool_pool* pool, uint32_t co
 KVPOOL_API kvpool_error_code kvpool_pool_register_batch(kvpool_pool* pool,
                                                         kvpool_mutable_batch* batch,
                                                         kvpool_immutable_batch** out);
+/* Since ABI 1.1: how kvpool_pool_register_batch_with registers (RegisterOptions). */
+typedef struct kvpool_register_options {
+  uint32_t struct_size; /* sizeof(kvpool_register_options) */
+  /* nonzero: send each block's checksum (XXH3-64 of its bytes), so kvpoold can tell later
+   * that its bytes changed. Host pools only (else KVPOOL_ERR_UNSUPPORTED). */
+  uint32_t checksum;
+  /* nonzero: send each block's token ids, so KV events carry them (kvpool-events --format
+   * vllm: BlockStored.token_ids), for consumers that hash tokens themselves (llm-d's
+   * KV-cache indexer). Costs page_size * 4 bytes per block; off, token_ids are empty. */
+  uint32_t send_tokens;
+} kvpool_register_options;
+
+/* Fills *options with the defaults (everything off; struct_size included). */
+KVPOOL_API void kvpool_register_options_init(kvpool_register_options* options);
+/* kvpool_pool_register_batch with options (NULL: the defaults). Consumes `batch` whatever
+ * the outcome. */
+KVPOOL_API kvpool_error_code kvpool_pool_register_batch_with(kvpool_pool* pool,
+                                                             kvpool_mutable_batch* batch,
+                                                             const kvpool_register_options* options,
+                                                             kvpool_immutable_batch** out);
 /* The same for `count` separately owned blocks (from kvpool_mutable_batch_take); consumes
  * each of them, whatever the outcome. */
 KVPOOL_API kvpool_error_code kvpool_pool_register_blocks(kvpool_pool* pool,
                                                          kvpool_mutable_block* const* blocks,
                                                          size_t count,
                                                          kvpool_immutable_batch** out);
+/* Since ABI 1.1: kvpool_pool_register_blocks with options (NULL: the defaults). */
+KVPOOL_API kvpool_error_code kvpool_pool_register_blocks_with(
+    kvpool_pool* pool, kvpool_mutable_block* const* blocks, size_t count,
+    const kvpool_register_options* options, kvpool_immutable_batch** out);
 /* The longest prefix of hashes[0..count) the pool holds (possibly empty), one reference
  * each, as one handle. */
 KVPOOL_API kvpool_error_code kvpool_pool_match(kvpool_pool* pool, const uint64_t* hashes,

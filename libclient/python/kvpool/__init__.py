@@ -81,9 +81,9 @@ def _allocate_blocks_async(self, count):
     return _collect(self._allocate_blocks_send(count))
 
 
-def _register_blocks_async(self, blocks):
+def _register_blocks_async(self, blocks, send_tokens=False):
     """Sends a register now (consuming the blocks, as register_blocks); await ImmutableBlocks."""
-    return _collect(self._register_blocks_send(blocks))
+    return _collect(self._register_blocks_send(blocks, send_tokens))
 
 
 def _match_sequence_hashes_async(self, hashes):

@@ -94,9 +94,16 @@ class PoolObject {
     return out;
   }
 
-  ImmutableBlocksObject register_blocks(const py::iterable& blocks) {
+  static RegisterOptions register_options(bool send_tokens) {
+    RegisterOptions o;
+    o.send_tokens = send_tokens;
+    return o;
+  }
+
+  ImmutableBlocksObject register_blocks(const py::iterable& blocks, bool send_tokens) {
     auto handles = take_blocks(blocks);
-    auto r = without_gil([&] { return pool_.register_blocks(std::move(handles)); });
+    auto r = without_gil(
+        [&] { return pool_.register_blocks(std::move(handles), register_options(send_tokens)); });
     return ImmutableBlocksObject(check(std::move(r)), meta_);
   }
 
@@ -104,10 +111,13 @@ class PoolObject {
   PendingAllocate allocate_send(uint32_t count) {
     return PendingAllocate(without_gil([&] { return pool_.allocate_blocks_async(count); }), meta_);
   }
-  PendingImmutables register_send(const py::iterable& blocks) {
+  PendingImmutables register_send(const py::iterable& blocks, bool send_tokens) {
     auto handles = take_blocks(blocks);
-    return PendingImmutables(
-        without_gil([&] { return pool_.register_blocks_async(std::move(handles)); }), meta_);
+    return PendingImmutables(without_gil([&] {
+                               return pool_.register_blocks_async(std::move(handles),
+                                                                  register_options(send_tokens));
+                             }),
+                             meta_);
   }
   PendingImmutables match_send(py::handle hashes) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
@@ -225,7 +235,8 @@ PYBIND11_MODULE(_kvpool, m) {
 
   py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
       .def("_allocate_blocks_send", &PoolObject::allocate_send, py::arg("count"))
-      .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"))
+      .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"),
+           py::arg("send_tokens") = false)
       .def("_match_sequence_hashes_send", &PoolObject::match_send, py::arg("hashes"))
       .def_property_readonly(
           "dtype",
@@ -238,10 +249,12 @@ PYBIND11_MODULE(_kvpool, m) {
       .def("allocate_blocks", &PoolObject::allocate_blocks, py::arg("count"),
            "count MutableBlocks (all or nothing: NotEnoughBlocks otherwise).")
       .def("register_blocks", &PoolObject::register_blocks, py::arg("blocks"),
+           py::arg("send_tokens") = false,
            "Registers committed MutableBlocks (which it consumes, whatever the outcome) and "
            "returns,\n"
            "per block, the registered block that now holds its hash (its own, or the existing\n"
-           "one it was deduplicated onto).")
+           "one it was deduplicated onto). send_tokens=True sends each block's token ids too,\n"
+           "so that KV events carry them (kvpool-events --format vllm: BlockStored.token_ids).")
       .def("match_sequence_hashes", &PoolObject::match_sequence_hashes, py::arg("hashes"),
            "The longest prefix of `hashes` (ints, or a NumPy uint64 array) the pool holds, as\n"
            "ImmutableBlocks.")

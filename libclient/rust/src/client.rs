@@ -306,6 +306,17 @@ pub(crate) struct PoolMeta {
     pub(crate) storage: Storage,
 }
 
+/// How [`Pool::register_blocks_with`] registers (the C API's kvpool_register_options).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegisterOptions {
+    /// Send each block's checksum (XXH3-64 of its bytes): kvpoold can then tell that its
+    /// bytes changed. Host pools only.
+    pub checksum: bool,
+    /// Send each block's token ids, so that KV events carry them (`kvpool-events --format
+    /// vllm`: BlockStored.token_ids). Costs page_size * 4 bytes per block.
+    pub send_tokens: bool,
+}
+
 /// One of kvpoold's pools. Cheap to clone; may be shared by threads.
 #[derive(Clone)]
 pub struct Pool {
@@ -325,11 +336,26 @@ impl Pool {
     /// the registered block that now holds its hash (its own, or the one it was
     /// deduplicated onto).
     pub fn register_blocks(&self, blocks: Vec<MutableBlock>) -> Result<Vec<ImmutableBlock>> {
+        self.register_blocks_with(blocks, &RegisterOptions::default())
+    }
+
+    /// [`Pool::register_blocks`] with options: e.g. `send_tokens`, so that kvpoold's KV
+    /// events carry the blocks' token ids.
+    pub fn register_blocks_with(
+        &self,
+        blocks: Vec<MutableBlock>,
+        options: &RegisterOptions,
+    ) -> Result<Vec<ImmutableBlock>> {
         let raw: Vec<*mut ffi::kvpool_mutable_block> =
             blocks.into_iter().map(MutableBlock::into_raw).collect();
+        let o = ffi::kvpool_register_options {
+            struct_size: std::mem::size_of::<ffi::kvpool_register_options>() as u32,
+            checksum: options.checksum as u32,
+            send_tokens: options.send_tokens as u32,
+        };
         let mut out = ptr::null_mut();
         check(unsafe {
-            ffi::kvpool_pool_register_blocks(self.inner.ptr, raw.as_ptr(), raw.len(), &mut out)
+            ffi::kvpool_pool_register_blocks_with(self.inner.ptr, raw.as_ptr(), raw.len(), &o, &mut out)
         })?;
         unsafe { immutables_from_batch(out, &self.meta) }
     }

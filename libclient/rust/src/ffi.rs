@@ -44,6 +44,14 @@ pub struct kvpool_connect_options {
     pub reattach_timeout_ms: u32,
 }
 
+/// Since ABI 1.1.
+#[repr(C)]
+pub struct kvpool_register_options {
+    pub struct_size: u32,
+    pub checksum: u32,
+    pub send_tokens: u32,
+}
+
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
 pub struct kvpool_layout {
@@ -130,6 +138,13 @@ extern "C" {
         pool: *mut kvpool_pool,
         blocks: *const *mut kvpool_mutable_block,
         count: usize,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_register_blocks_with(
+        pool: *mut kvpool_pool,
+        blocks: *const *mut kvpool_mutable_block,
+        count: usize,
+        options: *const kvpool_register_options,
         out: *mut *mut kvpool_immutable_batch,
     ) -> kvpool_error_code;
     pub fn kvpool_pool_match(

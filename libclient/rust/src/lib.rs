@@ -31,7 +31,9 @@ mod future;
 mod hash;
 
 pub use block::{BlockState, ImmutableBlock, MutableBlock};
-pub use client::{Client, ConnectOptions, DType, Layout, LayoutKind, Pool, PoolCounts, Storage};
+pub use client::{
+    Client, ConnectOptions, DType, Layout, LayoutKind, Pool, PoolCounts, RegisterOptions, Storage,
+};
 pub use error::{Error, ErrorCode, Result};
 pub use future::{AllocateFuture, MatchFuture};
 pub use hash::{block_hash, hash_tokens, sequence_hash};

@@ -143,3 +143,28 @@ fn daemon_gone_is_an_error_not_a_hang() {
 fn abi_version_matches() {
     assert_eq!(kvpool::abi_version() >> 16, 1);
 }
+
+#[test]
+fn register_with_send_tokens_registers_like_a_plain_register() {
+    let d = Daemon::start(8);
+    let client = d.connect();
+    let pool = client.pool("g").unwrap();
+    let tokens: Vec<u32> = (4_000_000_000..4_000_000_008).collect();
+    let (_, hashes) = kvpool::hash_tokens(&tokens, 4, 0).unwrap();
+    let mut blocks = pool.allocate_blocks(2).unwrap();
+    for (i, b) in blocks.iter_mut().enumerate() {
+        if i == 0 {
+            b.init_sequence(0).unwrap();
+        } else {
+            b.init_sequence_with_parent(0, hashes[0]).unwrap();
+        }
+        b.add_tokens(&tokens[i * 4..(i + 1) * 4]).unwrap();
+        b.commit().unwrap();
+    }
+    let options = kvpool::RegisterOptions { send_tokens: true, ..Default::default() };
+    assert!(!kvpool::RegisterOptions::default().send_tokens);
+    let shared = pool.register_blocks_with(blocks, &options).unwrap();
+    assert_eq!(shared.len(), 2);
+    let hit = pool.match_sequence_hashes(&hashes).unwrap();
+    assert_eq!(hit.len(), 2);
+}

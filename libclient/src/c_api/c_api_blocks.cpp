@@ -1,5 +1,6 @@
 // kvpool.h: allocate / register / match (blocking), mutable and immutable blocks, batches.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "c_api_internal.hpp"
@@ -20,6 +21,26 @@ kvpool_error_code taken(const char* fn) {
   if (!cpp(block)->valid()) return taken(fn)
 
 kvpool_error_code status(const Status& s) { return s ? KVPOOL_OK : fail(s); }
+
+// The C options as RegisterOptions; false (the error recorded) when the struct is too small.
+// A caller built against an older header passes a shorter struct: fields it lacks are off.
+bool register_options(const kvpool_register_options* options, RegisterOptions* out,
+                      const char* fn) {
+  kvpool_register_options o{};
+  if (options) {
+    if (options->struct_size < offsetof(kvpool_register_options, checksum)) {
+      (void)fail(KVPOOL_ERR_INVALID_ARGUMENT,
+                 (std::string(fn) +
+                  ": options->struct_size is too small (use kvpool_register_options_init)")
+                     .c_str());
+      return false;
+    }
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
+  }
+  out->checksum = o.checksum != 0;
+  out->send_tokens = o.send_tokens != 0;
+  return true;
+}
 
 }  // namespace
 
@@ -51,9 +72,40 @@ kvpool_error_code kvpool_pool_register_batch(kvpool_pool* pool, kvpool_mutable_b
   });
 }
 
+void kvpool_register_options_init(kvpool_register_options* options) {
+  if (!options) return;
+  *options = kvpool_register_options{};
+  options->struct_size = sizeof(kvpool_register_options);
+}
+
+kvpool_error_code kvpool_pool_register_batch_with(kvpool_pool* pool, kvpool_mutable_batch* batch,
+                                                  const kvpool_register_options* options,
+                                                  kvpool_immutable_batch** out) {
+  std::unique_ptr<kvpool_mutable_batch> owned(batch);  // consumed whatever the outcome
+  if (!pool || !batch || !out)
+    return null_argument("kvpool_pool_register_batch_with: pool, batch and out must not be NULL");
+  RegisterOptions ro;
+  if (!register_options(options, &ro, "kvpool_pool_register_batch_with"))
+    return KVPOOL_ERR_INVALID_ARGUMENT;
+  return guarded([&] {
+    auto r = pool->pool.register_blocks(std::move(owned->blocks), ro);
+    if (!r) return fail(r.status());
+    *out = new kvpool_immutable_batch{std::move(r.value())};
+    return KVPOOL_OK;
+  });
+}
+
 kvpool_error_code kvpool_pool_register_blocks(kvpool_pool* pool,
                                               kvpool_mutable_block* const* blocks, size_t count,
                                               kvpool_immutable_batch** out) {
+  return kvpool_pool_register_blocks_with(pool, blocks, count, nullptr, out);
+}
+
+kvpool_error_code kvpool_pool_register_blocks_with(kvpool_pool* pool,
+                                                   kvpool_mutable_block* const* blocks,
+                                                   size_t count,
+                                                   const kvpool_register_options* options,
+                                                   kvpool_immutable_batch** out) {
   return guarded([&] {
     // Consumed whatever the outcome: own each distinct block once (a block listed twice
     // must not be freed twice), then check.
@@ -76,10 +128,13 @@ kvpool_error_code kvpool_pool_register_blocks(kvpool_pool* pool,
     if (distinct.size() != count)
       return fail(KVPOOL_ERR_INVALID_ARGUMENT,
                   "kvpool_pool_register_blocks: a block appears twice in blocks[]");
+    RegisterOptions ro;
+    if (!register_options(options, &ro, "kvpool_pool_register_blocks_with"))
+      return KVPOOL_ERR_INVALID_ARGUMENT;
     std::vector<MutableBlock> v;
     v.reserve(count);
     for (size_t i = 0; i < count; ++i) v.push_back(std::move(*cpp(raw[i])));
-    auto r = pool->pool.register_blocks(std::move(v));
+    auto r = pool->pool.register_blocks(std::move(v), ro);
     if (!r) return fail(r.status());
     *out = new kvpool_immutable_batch{std::move(r.value())};
     return KVPOOL_OK;

@@ -557,8 +557,8 @@ Status PoolCore::allocate(uint32_t owner, uint32_t n, BlockRef* out) {
   return Status::ok();
 }
 
-Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> items,
-                                 BlockRef* out) {
+Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> items, BlockRef* out,
+                                 const RegisterTokens& tokens) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   // Validate the whole batch first: a bad item changes nothing.
@@ -622,7 +622,7 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
     bump(header_->stats.active_blocks, 1);
     bump(header_->stats.registrations, 1);
     stored_scratch_.push_back(StoredBlock{it.sequence_hash, it.block_hash, b.parent_hash,
-                                          it.priority, it.has_parent != 0});
+                                          it.priority, it.has_parent != 0, tokens.of(i)});
     out[i] = BlockRef{id, b.generation};
   }
   if (sink_ && !stored_scratch_.empty()) sink_->on_stored(pool_index_, stored_scratch_);

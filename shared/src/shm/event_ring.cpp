@@ -21,6 +21,19 @@ void load_payload(const EventSlot& slot, EventPayload* p) {
   std::memcpy(p, words, sizeof(words));
 }
 
+constexpr uint32_t chunks_for(size_t tokens) {
+  return static_cast<uint32_t>((tokens + kTokensPerChunk - 1) / kTokensPerChunk);
+}
+
+constexpr uint64_t token_pair(const uint32_t* t, size_t have) {
+  return uint64_t{t[0]} | (have > 1 ? uint64_t{t[1]} << 32 : 0);
+}
+
+// The token area starts where the slots end.
+constexpr uint64_t token_area_offset(uint32_t capacity) {
+  return sizeof(EventRingHeader) + uint64_t{capacity} * sizeof(EventSlot);
+}
+
 }  // namespace
 
 Status check_event_ring_capacity(uint64_t capacity) {
@@ -48,26 +61,73 @@ Result<EventRingWriter> EventRingWriter::create(void* memory, size_t bytes, uint
   h->slot_bytes = sizeof(EventSlot);
   auto* slots = reinterpret_cast<EventSlot*>(static_cast<char*>(memory) + sizeof(EventRingHeader));
   for (uint32_t i = 0; i < capacity; ++i) new (&slots[i]) EventSlot{};
+  const uint32_t chunks = event_token_chunks(capacity);
+  auto* area =
+      reinterpret_cast<TokenChunk*>(static_cast<char*>(memory) + token_area_offset(capacity));
+  for (uint32_t i = 0; i < chunks; ++i) new (&area[i]) TokenChunk{};  // owner 0: no event's
+  h->token_chunks = chunks;
+  h->token_chunk_bytes = sizeof(TokenChunk);
   h->next_id.store(1, std::memory_order_release);
   EventRingWriter w;
   w.header_ = h;
   w.slots_ = slots;
+  w.chunks_ = area;
   w.mask_ = capacity - 1;
+  w.token_mask_ = chunks - 1;
   w.next_id_ = 1;
   return w;
 }
 
-uint64_t EventRingWriter::append(std::span<EventPayload> records) {
+bool EventRingWriter::write_tokens(uint64_t id, std::span<const uint32_t> tokens,
+                                   uint32_t* first_slot) {
+  const uint32_t n = chunks_for(tokens.size());
+  // Half the area at most: a record's tokens must not overwrite the previous record's
+  // before a reader that keeps up could copy them.
+  if (tokens.size() > kEventMaxTokens || n > (token_mask_ + 1) / 2) return false;
+  *first_slot = static_cast<uint32_t>(next_chunk_ & token_mask_);
+  const uint64_t count = tokens.size();
+  for (uint32_t part = 0; part < n; ++part) {
+    TokenChunk& c = chunks_[(next_chunk_ + part) & token_mask_];
+    // Seqlock write, as for a slot: odd word, fence, contents, even word with release.
+    const uint64_t s = c.seq.load(std::memory_order_relaxed);
+    c.seq.store(s + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    c.owner.store(id, std::memory_order_relaxed);
+    c.shape.store(uint64_t{part} | count << 32, std::memory_order_relaxed);
+    const size_t base = size_t{part} * kTokensPerChunk;
+    for (uint32_t w = 0; w < kTokensPerChunk / 2; ++w) {
+      const size_t at = base + size_t{w} * 2;
+      const uint64_t v = at < tokens.size() ? token_pair(&tokens[at], tokens.size() - at) : 0;
+      c.words[w].store(v, std::memory_order_relaxed);
+    }
+    c.seq.store(s + 2, std::memory_order_release);
+  }
+  next_chunk_ += n;
+  return true;
+}
+
+uint64_t EventRingWriter::append(std::span<EventPayload> records,
+                                 std::span<const std::span<const uint32_t>> tokens) {
   const uint64_t first = next_id_;
   const auto n = static_cast<uint32_t>(records.size());
+  const bool with_tokens = tokens.size() == records.size();
   for (uint32_t i = 0; i < n; ++i) {
     EventPayload& p = records[i];
     p.batch_id = first;
     p.batch_size = n;
     p.flags = static_cast<uint8_t>(p.flags & kEventHasParent);
+    p.token_slot = 0;
     if (i == 0) p.flags |= kEventBatchFirst;
     if (i + 1 == n) p.flags |= kEventBatchLast;
     const uint64_t id = first + i;
+    // The chunks before the record: the record's release store below publishes them too.
+    if (with_tokens && !tokens[i].empty()) {
+      if (write_tokens(id, tokens[i], &p.token_slot)) {
+        p.flags |= kEventHasTokens;
+      } else {
+        ++tokens_left_out_;
+      }
+    }
     EventSlot& slot = slots_[id & mask_];
     // Seqlock write: odd word first, then the payload, then the even word with release.
     slot.seq.store(2 * id + 1, std::memory_order_relaxed);
@@ -91,7 +151,10 @@ Result<EventRingReader> EventRingReader::attach(const void* memory, size_t bytes
                   "event ring slots are " + std::to_string(h->slot_bytes) + " bytes, expected " +
                       std::to_string(sizeof(EventSlot)));
   KVPOOL_RETURN_IF_ERROR(check_event_ring_capacity(h->capacity));
-  if (bytes < event_ring_bytes(h->capacity))
+  // A producer from before the token area has none: its ring ends with the slots.
+  const uint64_t need =
+      h->token_chunks == 0 ? token_area_offset(h->capacity) : event_ring_bytes(h->capacity);
+  if (bytes < need)
     return Status(ErrorCode::kInvalidArgument, "event ring of " + std::to_string(h->capacity) +
                                                    " slots does not fit its " +
                                                    std::to_string(bytes) + " bytes");
@@ -101,7 +164,60 @@ Result<EventRingReader> EventRingReader::attach(const void* memory, size_t bytes
                                                 sizeof(EventRingHeader));
   r.mask_ = h->capacity - 1;
   r.position_ = 1;
+  // The token area, if the producer has one (older producers leave these words zero).
+  const uint32_t chunks = h->token_chunks;
+  if (chunks != 0) {
+    if (h->token_chunk_bytes != sizeof(TokenChunk) || !std::has_single_bit(chunks) ||
+        chunks != event_token_chunks(h->capacity))
+      return Status(ErrorCode::kVersionMismatch,
+                    "event ring token area of " + std::to_string(chunks) + " chunks of " +
+                        std::to_string(h->token_chunk_bytes) + " bytes does not fit its ring");
+    r.chunks_ = reinterpret_cast<const TokenChunk*>(static_cast<const char*>(memory) +
+                                                    token_area_offset(h->capacity));
+    r.token_chunks_ = chunks;
+  }
   return r;
+}
+
+bool EventRingReader::read_tokens(const EventRecord& record, std::vector<uint32_t>* out) const {
+  out->clear();
+  if (!record.has_tokens() || chunks_ == nullptr || record.payload.token_slot >= token_chunks_)
+    return false;
+  const uint32_t mask = token_chunks_ - 1;
+  uint64_t count = 0;
+  uint32_t parts = 1;  // known once the first chunk is read
+  for (uint32_t part = 0; part < parts; ++part) {
+    const TokenChunk& c = chunks_[(record.payload.token_slot + part) & mask];
+    const uint64_t s1 = c.seq.load(std::memory_order_acquire);
+    const uint64_t owner = c.owner.load(std::memory_order_relaxed);
+    const uint64_t shape = c.shape.load(std::memory_order_relaxed);
+    uint64_t words[kTokensPerChunk / 2];
+    for (uint32_t w = 0; w < kTokensPerChunk / 2; ++w)
+      words[w] = c.words[w].load(std::memory_order_relaxed);
+    if (token_hook_ != nullptr) token_hook_(token_hook_arg_);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint64_t s2 = c.seq.load(std::memory_order_relaxed);
+    // Torn (written while we copied), or reused by a later record: the tokens are gone.
+    if ((s1 & 1) != 0 || s1 != s2 || owner != record.event_id ||
+        static_cast<uint32_t>(shape) != part) {
+      out->clear();
+      return false;
+    }
+    if (part == 0) {
+      count = shape >> 32;
+      parts = chunks_for(count);
+      if (count == 0 || count > kEventMaxTokens || parts > token_chunks_) return false;
+      out->reserve(count);
+    } else if (shape >> 32 != count) {
+      out->clear();
+      return false;
+    }
+    for (uint32_t w = 0; w < kTokensPerChunk / 2 && out->size() < count; ++w) {
+      out->push_back(static_cast<uint32_t>(words[w]));
+      if (out->size() < count) out->push_back(static_cast<uint32_t>(words[w] >> 32));
+    }
+  }
+  return true;
 }
 
 EventRingReader::Outcome EventRingReader::next(EventRecord* out) {

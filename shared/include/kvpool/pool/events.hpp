@@ -3,6 +3,7 @@
 // router format); in-process users and tests receive them directly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -14,6 +15,21 @@ struct StoredBlock {
   uint64_t parent_hash;    // valid when has_parent
   uint32_t priority;
   bool has_parent;
+  // The block's token ids when the registering client sent them (valid during the call
+  // only: they point into the request); empty otherwise.
+  std::span<const uint32_t> tokens = {};
+};
+
+// The token ids a register call carries (kRegisterTokens): per_block of them per item, item
+// i's at all[i * per_block]. Default: none.
+struct RegisterTokens {
+  std::span<const uint32_t> all;
+  uint32_t per_block = 0;
+
+  std::span<const uint32_t> of(size_t item) const {
+    if (per_block == 0 || (item + 1) * per_block > all.size()) return {};
+    return all.subspan(item * per_block, per_block);
+  }
 };
 
 class EventSink {

@@ -111,8 +111,10 @@ class PoolCore {
   Status allocate(uint32_t owner, uint32_t n, BlockRef* out);
   // Registers committed mutable blocks of `owner`; out[i] is the immutable block that
   // now holds items[i]'s hash (the caller's block, or the one it was deduplicated onto).
-  // Validates every item before changing anything.
-  Status register_blocks(uint32_t owner, std::span<const RegisterItem> items, BlockRef* out);
+  // Validates every item before changing anything. `tokens` (optional) go to the event
+  // sink with the blocks they belong to; the core neither checks nor keeps them.
+  Status register_blocks(uint32_t owner, std::span<const RegisterItem> items, BlockRef* out,
+                         const RegisterTokens& tokens = {});
   // Longest known prefix of `hashes`; out[0..result) get one reference each.
   Result<uint32_t> match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out);
 

@@ -22,6 +22,17 @@
 //
 // A Stored batch is one register call: every record of it carries batch_id (the event id of
 // its first record) and batch_size, and the first / last carry kEventBatchFirst / Last.
+//
+// Token ids (a client's RegisterOptions::send_tokens) travel beside the records, in a token
+// area after the slots: TokenChunk[token_chunks], 128 bytes each, a power of two of them.
+// A Stored record with kEventHasTokens names its first chunk (token_slot); its tokens fill
+// ceil(count / kTokensPerChunk) consecutive chunks (mod token_chunks), each written before
+// the record (so a reader that sees the record sees them) and each its own seqlock, naming
+// the event id it belongs to and its part index. Chunks are reused in order, so the area
+// keeps the tokens of the newest records only: a reader checks owner, part and count of each
+// chunk and gets the exact tokens or none (never another block's). Event ids, slots and
+// records are the same with or without tokens, and readers that do not ask for tokens never
+// read the area.
 #pragma once
 
 #include <atomic>
@@ -29,6 +40,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "kvpool/core/status.hpp"
 
@@ -46,6 +58,11 @@ enum class EventType : uint8_t {
 inline constexpr uint8_t kEventHasParent = 1;   // parent_hash is valid
 inline constexpr uint8_t kEventBatchFirst = 2;  // first record of its batch
 inline constexpr uint8_t kEventBatchLast = 4;   // last record of its batch
+inline constexpr uint8_t kEventHasTokens = 8;   // Stored: token_slot names its token chunks
+
+// Most token ids one record carries (a block's page_size): a larger block's record carries
+// none. Bounds what a reader copies and what one record takes of the token area.
+inline constexpr uint32_t kEventMaxTokens = 4096;
 
 // What one record says. Readers get a copy; the producer fills everything but the batch
 // fields, which append() writes.
@@ -59,8 +76,8 @@ struct EventPayload {
   uint32_t batch_size;     // records in this record's batch
   uint16_t pool;           // pool index (PoolInfo order)
   uint8_t type;            // EventType
-  uint8_t flags;           // kEventHasParent | kEventBatchFirst | kEventBatchLast
-  uint32_t reserved;
+  uint8_t flags;           // kEventHasParent | kEventBatchFirst | kEventBatchLast | ...Tokens
+  uint32_t token_slot;     // with kEventHasTokens: index of the first TokenChunk (else 0)
 };
 static_assert(std::is_standard_layout_v<EventPayload> &&
               std::is_trivially_copyable_v<EventPayload>);
@@ -79,17 +96,40 @@ static_assert(sizeof(EventSlot) == 64);
 static_assert(sizeof(EventSlot::words) == sizeof(EventPayload));
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
+// One chunk of a Stored record's token ids in the token area (a seqlock of its own: the
+// word is odd while the producer writes the chunk, and grows by 2 per write).
+inline constexpr uint32_t kTokensPerChunk = 26;
+struct TokenChunk {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> owner;  // event id of the record these tokens belong to (0: none)
+  std::atomic<uint64_t> shape;  // part index in the record (low 32) | its token count (high 32)
+  std::atomic<uint64_t> words[kTokensPerChunk / 2];  // the tokens, two per word, little end first
+};
+static_assert(std::is_standard_layout_v<TokenChunk>);
+static_assert(sizeof(TokenChunk) == 128);
+
+// Chunks of the token area of a ring of `capacity` slots: one per two slots, so that the
+// tokens of the newest capacity / 2 blocks of up to kTokensPerChunk tokens stay readable.
+constexpr uint32_t event_token_chunks(uint64_t capacity) {
+  return capacity >= 4 ? static_cast<uint32_t>(capacity / 2) : 2;
+}
+
 struct EventRingHeader {
   uint64_t magic;       // kEventRingMagic
   uint32_t capacity;    // slots, a power of two
   uint32_t slot_bytes;  // sizeof(EventSlot)
-  uint64_t reserved0[6];
+  // The token area, after the slots. 0 chunks (a producer from before tokens): no tokens.
+  uint32_t token_chunks;       // a power of two, or 0
+  uint32_t token_chunk_bytes;  // sizeof(TokenChunk)
+  uint64_t reserved0[5];
   // offset 64: written by the producer only (release, after a whole append)
   alignas(64) std::atomic<uint64_t> next_id;  // id the next record gets; starts at 1
   uint64_t reserved1[7];
 };
 static_assert(std::is_standard_layout_v<EventRingHeader>);
 static_assert(offsetof(EventRingHeader, capacity) == 8);
+static_assert(offsetof(EventRingHeader, token_chunks) == 16 &&
+              offsetof(EventRingHeader, token_chunk_bytes) == 20);
 static_assert(offsetof(EventRingHeader, next_id) == 64);
 static_assert(sizeof(EventRingHeader) == 128);
 
@@ -102,13 +142,15 @@ struct EventRecord {
   bool has_parent() const { return (payload.flags & kEventHasParent) != 0; }
   bool batch_first() const { return (payload.flags & kEventBatchFirst) != 0; }
   bool batch_last() const { return (payload.flags & kEventBatchLast) != 0; }
+  bool has_tokens() const { return (payload.flags & kEventHasTokens) != 0; }
 };
 
 // kInvalidArgument unless capacity is a power of two in [2, kEventRingMaxCapacity].
 Status check_event_ring_capacity(uint64_t capacity);
-// Bytes a ring of `capacity` slots occupies (header + slots).
+// Bytes a ring of `capacity` slots occupies (header + slots + token area).
 constexpr uint64_t event_ring_bytes(uint64_t capacity) {
-  return sizeof(EventRingHeader) + capacity * sizeof(EventSlot);
+  return sizeof(EventRingHeader) + capacity * sizeof(EventSlot) +
+         uint64_t{event_token_chunks(capacity)} * sizeof(TokenChunk);
 }
 
 // The producer's view (the daemon). Single-threaded: one writer at a time.
@@ -121,18 +163,32 @@ class EventRingWriter {
   // Appends `records` as one batch (batch_id, batch_size and the first/last flags are set
   // here) and publishes them together. Never waits. Returns the id of the first record.
   // An empty span appends nothing and returns next_id().
-  uint64_t append(std::span<EventPayload> records);
+  // `tokens`: empty, or one span per record (empty: none), written to the token area and
+  // flagged kEventHasTokens. A record's tokens are left out (and counted in
+  // tokens_left_out) when there are more than kEventMaxTokens or they would take more than
+  // half the area.
+  uint64_t append(std::span<EventPayload> records,
+                  std::span<const std::span<const uint32_t>> tokens = {});
   uint64_t append(EventPayload record) { return append(std::span<EventPayload>(&record, 1)); }
 
   uint64_t next_id() const { return next_id_; }
   uint32_t capacity() const { return mask_ + 1; }
+  uint32_t token_chunks() const { return token_mask_ + 1; }
+  uint64_t tokens_left_out() const { return tokens_left_out_; }
   bool valid() const { return header_ != nullptr; }
 
  private:
+  // Writes `tokens` of event `id` to the chunks from next_chunk_; false when they do not fit.
+  bool write_tokens(uint64_t id, std::span<const uint32_t> tokens, uint32_t* first_slot);
+
   EventRingHeader* header_ = nullptr;
   EventSlot* slots_ = nullptr;
+  TokenChunk* chunks_ = nullptr;
   uint32_t mask_ = 0;
-  uint64_t next_id_ = 1;  // the producer's own copy of header_->next_id
+  uint32_t token_mask_ = 0;
+  uint64_t next_id_ = 1;     // the producer's own copy of header_->next_id
+  uint64_t next_chunk_ = 0;  // chunks written so far; the next one is next_chunk_ & token_mask_
+  uint64_t tokens_left_out_ = 0;
 };
 
 // A reader's view. Reads only: works on a read-only mapping. Not thread-safe (one reader
@@ -166,21 +222,37 @@ class EventRingReader {
   uint32_t capacity() const { return mask_ + 1; }
   bool valid() const { return header_ != nullptr; }
 
+  // The token ids of `record` (one next() returned, kEventHasTokens), copied into *out:
+  // true with exactly the tokens the producer wrote, false (and *out empty) when the record
+  // has none or they were overwritten (a reader more than token_chunks chunks behind) or
+  // torn while copied. May be called any time after next(); never returns other tokens.
+  bool read_tokens(const EventRecord& record, std::vector<uint32_t>* out) const;
+  uint32_t token_chunks() const { return token_chunks_; }
+
   // Tests only: called between copying a slot and re-checking its sequence word, so a test
   // can overwrite the slot exactly there and see the torn copy rejected.
   void set_after_copy_hook_for_testing(void (*hook)(void*), void* arg) {
     hook_ = hook;
     hook_arg_ = arg;
   }
+  // Tests only: the same between copying a token chunk and re-checking its word.
+  void set_token_copy_hook_for_testing(void (*hook)(void*), void* arg) {
+    token_hook_ = hook;
+    token_hook_arg_ = arg;
+  }
 
  private:
   const EventRingHeader* header_ = nullptr;
   const EventSlot* slots_ = nullptr;
+  const TokenChunk* chunks_ = nullptr;  // null when the producer has no token area
+  uint32_t token_chunks_ = 0;
   uint32_t mask_ = 0;
   uint64_t position_ = 1;
   uint64_t lost_ = 0;
   void (*hook_)(void*) = nullptr;
   void* hook_arg_ = nullptr;
+  void (*token_hook_)(void*) = nullptr;
+  void* token_hook_arg_ = nullptr;
 };
 
 }  // namespace kvpool::shm

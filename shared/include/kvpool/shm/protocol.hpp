@@ -101,8 +101,12 @@ enum class Opcode : uint32_t {
   // in `pool` (issue 15). payload: one ReclaimHeader, then count ReclaimItem. Answer: the
   // BlockRefs of the items not given back (the client must not use those handles).
   kReclaim = 9,
+  // kRegister whose blocks' token ids go into the Stored events (RegisterOptions::send_tokens).
+  // payload: one RegisterTokensHeader, count RegisterItem, then count * tokens_per_block u32
+  // token ids (item i's at i * tokens_per_block). Answer: as kRegister.
+  kRegisterTokens = 10,
 };
-inline constexpr uint32_t kMaxOpcode = 9;
+inline constexpr uint32_t kMaxOpcode = 10;
 
 inline bool opcode_answers(Opcode op) {
   return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
@@ -146,6 +150,24 @@ struct RegisterItem {
 };
 static_assert(sizeof(RegisterItem) == 48 && std::is_trivially_copyable_v<RegisterItem>);
 static_assert(offsetof(RegisterItem, checksum) == 40, "no padding: the record travels in shm");
+
+// Heads a kRegisterTokens payload. tokens_per_block must be the pool's page_size (a block
+// registers only when complete), and at most kMaxRegisterTokens.
+struct RegisterTokensHeader {
+  uint32_t tokens_per_block;
+  uint32_t reserved;  // 0
+};
+static_assert(sizeof(RegisterTokensHeader) == 8 &&
+              std::is_trivially_copyable_v<RegisterTokensHeader>);
+// Most tokens per block a kRegisterTokens carries: what one event-ring record can carry
+// (shm::kEventMaxTokens, event_ring.hpp).
+inline constexpr uint32_t kMaxRegisterTokens = 4096;
+
+// Bytes of a kRegisterTokens payload of `count` blocks of `tokens_per_block` tokens.
+inline uint64_t register_tokens_bytes(uint32_t count, uint32_t tokens_per_block) {
+  return sizeof(RegisterTokensHeader) +
+         uint64_t{count} * (sizeof(RegisterItem) + uint64_t{tokens_per_block} * sizeof(uint32_t));
+}
 
 // ---- checksum requests (kVerify, kScrub) -------------------------------------------------
 // Their answers reuse the common framing: ResponseHeader::count counts 8-byte words (a
