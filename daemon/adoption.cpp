@@ -125,7 +125,8 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   a.previous_epoch_ = c.epoch;
   a.header_ = &h;
   // Its clients that still run (a pidfd that is not readable: the process has not exited).
-  // A pid reused by an unrelated process only keeps some blocks out of circulation longer.
+  // A pid reused by an unrelated process keeps some blocks out of circulation longer, and
+  // could claim them back only as the same uid (daemon/previous_clients.cpp).
   if (within(h.slots_offset, uint64_t{h.max_clients} * sizeof(shm::SlotInfo), c.segment.size()) &&
       h.slots_offset % alignof(shm::SlotInfo) == 0) {
     const auto* slots =
@@ -145,8 +146,9 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
       pollfd p{fd ? fd->get() : -1, POLLIN, 0};
       if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
       a.live_owners_[i] = 1;
-      a.live_clients_.push_back(
-          {i, slots[i].generation.load(std::memory_order_relaxed), pid, std::move(fd.value())});
+      a.live_clients_.push_back({i, slots[i].generation.load(std::memory_order_relaxed), pid,
+                                 slots[i].uid.load(std::memory_order_relaxed),
+                                 std::move(fd.value())});
     }
   }
   a.previous_ = std::move(c.segment);

@@ -67,6 +67,7 @@ class Adoption {
     uint32_t slot;
     uint32_t slot_generation;
     int32_t pid;
+    uint32_t uid;  // a reclaim must come from the same user (a reused pid may not be)
     shm::UniqueFd pidfd;
   };
   std::vector<LiveClient> take_live_clients() { return std::move(live_clients_); }

@@ -299,13 +299,23 @@ Status Dispatcher::scrub(const Request& r, std::byte* words, uint32_t* count_out
 
 Status Dispatcher::reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost,
                            uint32_t* count_out) {
-  if (!reclaim_)
-    return Status(ErrorCode::kNotFound,
-                  "this kvpoold took over no client of a previous daemon: nothing to reclaim");
+  if (!reclaim_)  // a dispatcher outside kvpoold (the fuzzer, benches)
+    return Status(ErrorCode::kUnsupported, "kReclaim is not served here");
   proto::ReclaimHeader h;
   std::memcpy(&h, r.items, sizeof(h));
-  return reclaim_(owner, r.rq.pool, h, items_as(r.items + sizeof(h), r.rq.count, reclaim_items_),
-                  lost, count_out);
+  // Reserved fields and unknown flags must be 0, so that they can mean something later.
+  if (h.reserved != 0 || (h.flags & ~proto::kReclaimFinal) != 0)
+    return Status(ErrorCode::kProtocolError, "reclaim header with reserved field " +
+                                                 std::to_string(h.reserved) + " and flags " +
+                                                 std::to_string(h.flags) +
+                                                 " (only kReclaimFinal = 1 is known)");
+  const auto items = items_as(r.items + sizeof(h), r.rq.count, reclaim_items_);
+  for (const proto::ReclaimItem& it : items)
+    if (it.reserved != 0)
+      return Status(ErrorCode::kProtocolError, "reclaim item for block " +
+                                                   std::to_string(it.block.id) +
+                                                   " has a nonzero reserved field");
+  return reclaim_(owner, r.rq.pool, h, items, lost, count_out);
 }
 
 }  // namespace kvpool::daemon

@@ -242,7 +242,8 @@ void Engine::create_dispatcher() {
   dispatcher_.set_reclaim([this, all](uint32_t owner, uint32_t pool, const proto::ReclaimHeader& h,
                                       std::span<const proto::ReclaimItem> items,
                                       pool::BlockRef* lost, uint32_t* lost_count) {
-    return previous_.reclaim(owner, sessions_[owner].pid, h, all, pool, items, lost, lost_count);
+    return previous_.reclaim(owner, sessions_[owner].pid, sessions_[owner].uid, h, all, pool, items,
+                             lost, lost_count);
   });
 }
 

@@ -49,8 +49,4 @@ void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
   writer_.append(p);
 }
 
-void EventPublisher::on_cleared(uint32_t pool) {
-  writer_.append(payload(shm::EventType::kCleared, pool, realtime_ns()));
-}
-
 }  // namespace kvpool::daemon

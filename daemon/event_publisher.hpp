@@ -18,7 +18,6 @@ class EventPublisher final : public pool::EventSink {
 
   void on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) override;
   void on_removed(uint32_t pool, uint64_t sequence_hash) override;
-  void on_cleared(uint32_t pool) override;
 
   const shm::EventRingWriter& writer() const { return writer_; }
 

@@ -26,11 +26,12 @@ void PreviousClients::add_pins(uint32_t pool, std::span<const pool::AdoptPin> pi
       continue;
     }
     auto [it, fresh] = c->pins[pool].emplace(p.id, Pin{p.generation, p.references});
-    if (!fresh) {
-      // A hold record for a block this slot also owned mutable can only come from a
-      // half-written arena: claim nothing of it back.
-      it->second.references = it->second.references == 0 ? ~0u : it->second.references;
-      continue;
+    if (!fresh || p.references > kMaxClaimableReferences) {
+      // A hold record for a block this slot also owned mutable, or a count no client can
+      // hold, can only come from a half-written arena: nothing of it is handed back (kept
+      // until the process exits, as a lost pin is).
+      it->second.state = PinState::kLost;
+      if (!fresh) continue;
     }
     ++holders_[pool][p.id];
   }
@@ -42,7 +43,7 @@ PreviousClients::Client* PreviousClients::find(uint32_t slot) {
   return nullptr;
 }
 
-Status PreviousClients::reclaim(uint32_t owner, pid_t pid, const proto::ReclaimHeader& h,
+Status PreviousClients::reclaim(uint32_t owner, pid_t pid, uid_t uid, const proto::ReclaimHeader& h,
                                 std::span<pool::PoolCore* const> cores, uint32_t pool,
                                 std::span<const proto::ReclaimItem> items, pool::BlockRef* lost,
                                 uint32_t* lost_count) {
@@ -54,12 +55,22 @@ Status PreviousClients::reclaim(uint32_t owner, pid_t pid, const proto::ReclaimH
                       ": nothing held under it was kept (its blocks are gone; match again)");
   Client* c = find(h.previous_slot);
   pollfd alive{c ? c->who.pidfd.get() : -1, POLLIN, 0};
-  if (c == nullptr || c->who.slot_generation != h.previous_slot_generation || c->who.pid != pid ||
-      ::poll(&alive, 1, 0) != 0)
-    return Status(ErrorCode::kPermissionDenied,
-                  "slot " + std::to_string(h.previous_slot) +
-                      " of the previous kvpoold was not held by this process: nothing to give "
-                      "back");
+  auto refuse = [&](const std::string& why) {
+    return Status(ErrorCode::kPermissionDenied, "slot " + std::to_string(h.previous_slot) +
+                                                    " of the previous kvpoold: " + why +
+                                                    "; nothing to give back");
+  };
+  if (c == nullptr)
+    return refuse("no client that still ran when this kvpoold adopted its pools held it");
+  if (c->who.slot_generation != h.previous_slot_generation)
+    return refuse("it was held under generation " + std::to_string(c->who.slot_generation) +
+                  ", not " + std::to_string(h.previous_slot_generation));
+  if (c->who.pid != pid || c->who.uid != uid)
+    return refuse("it was held by pid " + std::to_string(c->who.pid) + " uid " +
+                  std::to_string(c->who.uid) + ", not by this process (pid " + std::to_string(pid) +
+                  " uid " + std::to_string(uid) + ")");
+  if (::poll(&alive, 1, 0) != 0)
+    return refuse("the process that held it has exited (this pid is another process's)");
   if (c->finished)
     return Status(ErrorCode::kInvalidState, "slot " + std::to_string(h.previous_slot) +
                                                 " of the previous kvpoold was reclaimed already");

@@ -37,12 +37,13 @@ class PreviousClients {
   // What pool `pool`'s adoption pinned (pool::PoolCore::adopt_registry's pins).
   void add_pins(uint32_t pool, std::span<const pool::AdoptPin> pins);
 
-  // kReclaim from the client in slot `owner`, process `pid`, for pool `pool` (of `cores`):
+  // kReclaim from the client in slot `owner`, process `pid` of user `uid`, for pool `pool`
+  // (of `cores`):
   // gives back what it may take and writes the refs of the items it may not to `lost`
   // (room for items.size()), their number to *lost_count. With kReclaimFinal, what it did
   // not claim in any pool goes back into circulation, and it may not reclaim again. An
   // error (not this client, not this epoch, already finished) gives nothing back.
-  Status reclaim(uint32_t owner, pid_t pid, const proto::ReclaimHeader& h,
+  Status reclaim(uint32_t owner, pid_t pid, uid_t uid, const proto::ReclaimHeader& h,
                  std::span<pool::PoolCore* const> cores, uint32_t pool,
                  std::span<const proto::ReclaimItem> items, pool::BlockRef* lost,
                  uint32_t* lost_count);
@@ -55,6 +56,9 @@ class PreviousClients {
 
  private:
   enum class PinState : uint8_t { kOpen, kClaimed, kLost, kSettled };
+  // More references than one client may hold on a block (PoolCoreConfig's default
+  // max_refs_per_block) cannot come from a whole arena: such a pin is never handed back.
+  static constexpr uint32_t kMaxClaimableReferences = 1024;
   struct Pin {
     uint32_t generation;
     uint32_t references;  // 0: mutable

@@ -76,7 +76,12 @@ ClientImpl::~ClientImpl() {
 
 Result<std::byte*> ClientImpl::base(uint32_t pool, bool readonly) const {
   // Acquire: pairs with claim_back's release of a new mapping (its PoolView is complete).
-  const PoolView& p = mapped_by_[pool].load(std::memory_order_acquire)->pools()[pool];
+  return base_of(*mapped_by_[pool].load(std::memory_order_acquire), pool, readonly);
+}
+
+Result<std::byte*> ClientImpl::base_of(const Connection& mapping, uint32_t pool,
+                                       bool readonly) const {
+  const PoolView& p = mapping.pools()[pool];
   if (p.device) return p.device->base();
   if (!p.data.data())
     return Status(ErrorCode::kPermissionDenied,
@@ -101,11 +106,16 @@ Status ClientImpl::check_handle(uint32_t pool, uint32_t incarnation, pool::Block
 
 Result<std::byte*> ClientImpl::address(uint32_t pool, uint32_t incarnation, pool::BlockRef ref,
                                        uint32_t layer, uint32_t outer, bool readonly) const {
+  // The mapping first, then the handle's check. claim_back bumps a pool's incarnation before
+  // it publishes the new memory's mapping, so a handle that passes the check after this
+  // load belongs to the mapping seen (or to an older one, which stays mapped): a stale
+  // handle never gets an address in new memory another client may own.
+  const Connection* mapping = mapped_by_[pool].load(std::memory_order_acquire);
   KVPOOL_RETURN_IF_ERROR(check_handle(pool, incarnation, ref));
-  const PoolView& p = conn().pools()[pool];
+  const PoolView& p = mapping->pools()[pool];
   auto off = p.layout.offset(ref.id, layer, outer);
   if (!off) return off.status();
-  auto b = base(pool, readonly);
+  auto b = base_of(*mapping, pool, readonly);
   if (!b) return b.status();
   return *b + *off;
 }
@@ -312,6 +322,19 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
     calls.push_back({Call{&fresh, *corr}, pool});
     return Status::ok();
   };
+  // Once a record went out, the new daemon may have handed blocks over to this connection,
+  // and they go back into circulation when it is dropped (as it is when this fails): from
+  // then on a failure loses every handle of the kept pools (they fail on use, never release).
+  auto give_up = [&](const Status& why) {
+    if (calls.empty()) return why;
+    for (uint32_t pool = 0; pool < n; ++pool) {
+      if (!kept[pool]) continue;
+      HeldTable& t = held_[pool];
+      for (uint32_t id = 0; id < t.size(); ++id)
+        if (const uint64_t w = t.load(id); w != 0) t.store(id, w | HeldTable::kLost);
+    }
+    return why;
+  };
   std::vector<proto::ReclaimItem> items;
   uint32_t last_pool = 0;
   for (uint32_t pool = 0; pool < n; ++pool) {
@@ -325,19 +348,21 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
       if ((w & HeldTable::kCountMask) != 0)
         items.push_back({{id, gen}, static_cast<uint32_t>(w & HeldTable::kCountMask), 0});
       if (items.size() >= per_record) {
-        KVPOOL_RETURN_IF_ERROR(send_one(pool, items, false));
+        if (Status st = send_one(pool, items, false); !st.is_ok()) return give_up(st);
         items.clear();
       }
     }
-    if (!items.empty()) KVPOOL_RETURN_IF_ERROR(send_one(pool, items, false));
+    if (!items.empty())
+      if (Status st = send_one(pool, items, false); !st.is_ok()) return give_up(st);
     items.clear();
     last_pool = pool;
   }
-  KVPOOL_RETURN_IF_ERROR(send_one(last_pool, {}, true));  // the rest may go
+  if (Status st = send_one(last_pool, {}, true); !st.is_ok())  // the rest may go
+    return give_up(st);
   bool refused = false;
   for (auto& [call, pool] : calls) {
     auto r = call.conn->wait(call.corr);
-    if (!r) return r.status();
+    if (!r) return give_up(r.status());
     if (r->code != ErrorCode::kOk) {
       // Not ours to claim (a daemon that adopted nothing, or another process's slot):
       // everything we held in the kept pools is lost.
@@ -360,8 +385,9 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
       if (w != 0) t.store(id, kept[pool] ? (w | HeldTable::kLost) : 0);
     }
     if (!kept[pool]) {
-      mapped_by_[pool].store(&fresh, std::memory_order_release);
+      // In this order (address() reads them the other way round).
       incarnations_[pool].fetch_add(1, std::memory_order_acq_rel);
+      mapped_by_[pool].store(&fresh, std::memory_order_release);
     }
   }
   return Status::ok();

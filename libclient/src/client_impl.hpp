@@ -104,6 +104,7 @@ class ClientImpl {
   // `readonly`: host pools answer from the PROT_READ mapping, so that a write through an
   // immutable block's address faults in the writer instead of corrupting every reader.
   Result<std::byte*> base(uint32_t pool, bool readonly = false) const;
+  Result<std::byte*> base_of(const Connection& mapping, uint32_t pool, bool readonly) const;
   // kInvalidHandle when a reattach did not keep the block of a handle issued under
   // `incarnation` (its pool's memory is new, or the daemon did not give it back).
   Status check_handle(uint32_t pool, uint32_t incarnation, pool::BlockRef ref) const;

@@ -220,7 +220,21 @@ TEST(Reattach, OnlyTheProcessThatHeldASlotTakesBackOnlyWhatItHeld) {
   auto wrong = must_call(*c2, Opcode::kReclaim, 0, 2, &rq, sizeof(rq));
   EXPECT_EQ(wrong.code, ErrorCode::kPermissionDenied)
       << "another slot generation: " << wrong.message;
+  EXPECT_TRUE(contains(wrong.message, "held under generation " + std::to_string(slot_gen)))
+      << wrong.message;
   rq.h.previous_slot_generation = slot_gen;
+  // Reserved fields and unknown flags are refused, and move nothing.
+  rq.h.flags = 2;
+  auto flags = must_call(*c2, Opcode::kReclaim, 0, 2, &rq, sizeof(rq));
+  EXPECT_EQ(flags.code, ErrorCode::kProtocolError) << flags.message;
+  EXPECT_TRUE(contains(flags.message, "only kReclaimFinal = 1 is known")) << flags.message;
+  rq.h.flags = 0;
+  rq.items[1].reserved = 7;
+  auto reserved = must_call(*c2, Opcode::kReclaim, 0, 2, &rq, sizeof(rq));
+  EXPECT_EQ(reserved.code, ErrorCode::kProtocolError) << reserved.message;
+  EXPECT_TRUE(contains(reserved.message, "nonzero reserved field")) << reserved.message;
+  rq.items[1].reserved = 0;
+  EXPECT_EQ(nv.pool().block(a.refs[0].id).owner, keeper);
   rq.h.flags = proto::kReclaimFinal;
   auto r = must_call(*c2, Opcode::kReclaim, 0, 2, &rq, sizeof(rq));
   ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;

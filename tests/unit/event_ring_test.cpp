@@ -416,11 +416,6 @@ TEST(EventPublisher, RegisterCallsBecomeOneBatchEvictionsRemovedRecords) {
     removed.push_back(rec.payload.sequence_hash);
   }
   EXPECT_EQ(removed, (std::vector<uint64_t>{13, 12, 11}));  // tails first, as released
-
-  publisher.on_cleared(3);
-  ASSERT_EQ(reader.next(&rec), EventRingReader::Outcome::kEvent);
-  EXPECT_EQ(rec.type(), EventType::kCleared);
-  EXPECT_EQ(rec.payload.pool, 3u);
 }
 
 }  // namespace

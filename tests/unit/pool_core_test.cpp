@@ -21,12 +21,10 @@ namespace {
 struct RecordingSink : EventSink {
   std::vector<std::vector<StoredBlock>> stored;
   std::vector<uint64_t> removed;
-  int cleared = 0;
   void on_stored(uint32_t, std::span<const StoredBlock> b) override {
     stored.emplace_back(b.begin(), b.end());
   }
   void on_removed(uint32_t, uint64_t h) override { removed.push_back(h); }
-  void on_cleared(uint32_t) override { ++cleared; }
 };
 
 // An arena on the heap, as an embedded user would have it.

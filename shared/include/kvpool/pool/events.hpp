@@ -40,8 +40,9 @@ class EventSink {
   virtual void on_stored(uint32_t pool, std::span<const StoredBlock> blocks) = 0;
   // One call per registration that ends (eviction).
   virtual void on_removed(uint32_t pool, uint64_t sequence_hash) = 0;
-  // The pool's registry was emptied.
-  virtual void on_cleared(uint32_t pool) = 0;
+  // No on_cleared: the pool core never empties its registry at once (a restart that starts
+  // a pool empty is a new daemon epoch, which readers resync on). The ring keeps the
+  // kCleared record type for readers of other writers.
 };
 
 }  // namespace kvpool::pool

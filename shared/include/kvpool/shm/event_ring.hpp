@@ -52,7 +52,8 @@ inline constexpr uint32_t kEventRingMaxCapacity = uint32_t{1} << 24;  // 1 GiB o
 enum class EventType : uint8_t {
   kStored = 1,   // a block became registered (one record per block)
   kRemoved = 2,  // a registration ended (eviction)
-  kCleared = 3,  // the pool's registry was emptied
+  kCleared = 3,  // the pool's registry was emptied (kvpoold writes none today; readers
+                 // handle it: a future clear operation needs no format change)
 };
 
 inline constexpr uint8_t kEventHasParent = 1;   // parent_hash is valid
