@@ -9,8 +9,8 @@
 // --reattach 1: and no kvpoold came back in time), 4 a held handle failed on use.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -27,8 +27,9 @@ namespace {
 
 // The byte every position of a block holds: a function of its sequence hash, so any reader
 // can check that a shared block still holds what its registering writer put there.
-uint8_t pattern(SequenceHash h, uint64_t i) { return static_cast<uint8_t>((h >> ((i % 8) * 8)) ^ i); }
-
+uint8_t pattern(SequenceHash h, uint64_t i) {
+  return static_cast<uint8_t>((h >> ((i % 8) * 8)) ^ i);
+}
 
 }  // namespace
 
@@ -40,14 +41,22 @@ int main(int argc, char** argv) {
   bool reattach = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--instance") instance = argv[i + 1];
-    else if (k == "--runtime-dir") runtime_dir = argv[i + 1];
-    else if (k == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (k == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--pool") pool_name = argv[i + 1];
-    else if (k == "--decode-us") decode_us = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else if (k == "--priorities") priorities = std::max(1, std::atoi(argv[i + 1]));
-    else if (k == "--reattach") reattach = std::atoi(argv[i + 1]) != 0;
+    if (k == "--instance")
+      instance = argv[i + 1];
+    else if (k == "--runtime-dir")
+      runtime_dir = argv[i + 1];
+    else if (k == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (k == "--seed")
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--pool")
+      pool_name = argv[i + 1];
+    else if (k == "--decode-us")
+      decode_us = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else if (k == "--priorities")
+      priorities = std::max(1, std::atoi(argv[i + 1]));
+    else if (k == "--reattach")
+      reattach = std::atoi(argv[i + 1]) != 0;
   }
   ConnectOptions o;
   o.runtime_dir = runtime_dir;
@@ -64,7 +73,8 @@ int main(int argc, char** argv) {
     client = Client::connect(instance, o);
   }
   if (!client) {
-    std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed), client.status().to_string().c_str());
+    std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed),
+                 client.status().to_string().c_str());
     return 2;
   }
   auto pool = client->pool(pool_name);
@@ -90,7 +100,8 @@ int main(int argc, char** argv) {
     // A user turn: sometimes a popular follow-up (shared), mostly unique.
     uint32_t user_blocks = 1 + rng() % 4;
     uint64_t topic = rng() % 3 == 0 ? rng() % 8 : rng();
-    for (uint32_t t = 0; t < user_blocks * page; ++t) prompt.push_back(static_cast<Token>(topic * 7919 + t));
+    for (uint32_t t = 0; t < user_blocks * page; ++t)
+      prompt.push_back(static_cast<Token>(topic * 7919 + t));
     auto seq = TokenBlockSequence::create(prompt, page, /*salt=*/0);
     auto hashes = seq->sequence_hashes();
     ++requests;
@@ -102,7 +113,8 @@ int main(int argc, char** argv) {
     auto gone = [&](const Status& st) {
       if (st.code() != ErrorCode::kDaemonGone) return false;
       if (reattach && ++gone_in_a_row < 2) return true;
-      std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed), st.to_string().c_str());
+      std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed),
+                   st.to_string().c_str());
       std::exit(3);
     };
     auto hit = pool->match_sequence_hashes(hashes);
@@ -172,12 +184,14 @@ int main(int argc, char** argv) {
       for (auto& b : *reg) held.push_back(std::move(b));
     }
     // Decode: the request keeps its blocks while it generates.
-    if (decode_us) std::this_thread::sleep_for(std::chrono::microseconds(decode_us / 3 + rng() % decode_us));
+    if (decode_us)
+      std::this_thread::sleep_for(std::chrono::microseconds(decode_us / 3 + rng() % decode_us));
   }
   client->flush();
   std::printf("requests=%llu prompt_blocks=%llu matched_blocks=%llu corrupt=%llu errors=%llu\n",
-              static_cast<unsigned long long>(requests), static_cast<unsigned long long>(prompt_blocks),
-              static_cast<unsigned long long>(matched_blocks), static_cast<unsigned long long>(corrupt),
-              static_cast<unsigned long long>(errors));
+              static_cast<unsigned long long>(requests),
+              static_cast<unsigned long long>(prompt_blocks),
+              static_cast<unsigned long long>(matched_blocks),
+              static_cast<unsigned long long>(corrupt), static_cast<unsigned long long>(errors));
   return corrupt == 0 ? 0 : 1;
 }
