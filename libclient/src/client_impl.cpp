@@ -222,19 +222,25 @@ Result<Connection*> ClientImpl::reattach(Connection* dead) {
   Connection* c = current_.load(std::memory_order_acquire);
   if (c != dead) return c;  // another thread did it
   if (!failed_.is_ok()) return failed_;
-  auto fresh = reconnect();
-  if (!fresh) return fresh.status();
-  if (Status same = check_same_pools(*dead, **fresh); !same.is_ok()) {
-    failed_ = same;  // no later call can do better: connect a new Client
-    return same;
+  // A daemon killed again while we claim from it is, for the next one, the previous
+  // daemon: we claim from its successor what it had given back to us.
+  for (Connection* from = dead;;) {
+    auto fresh = reconnect();
+    if (!fresh) return fresh.status();
+    if (Status same = check_same_pools(*from, **fresh); !same.is_ok()) {
+      failed_ = same;  // no later call can do better: connect a new Client
+      return same;
+    }
+    std::lock_guard lk(mu_);
+    bool successor_died = false;
+    Status claimed = claim_back(*from, **fresh, &successor_died);
+    if (!claimed.is_ok()) return claimed;  // the new connection goes; the next call retries
+    Connection* now = fresh->get();
+    connections_.push_back(std::move(fresh.value()));
+    current_.store(now, std::memory_order_release);
+    if (!successor_died) return now;
+    from = now;
   }
-  std::lock_guard lk(mu_);
-  Status claimed = claim_back(*dead, **fresh);
-  if (!claimed.is_ok()) return claimed;  // the new connection goes; the next call retries
-  Connection* now = fresh->get();
-  connections_.push_back(std::move(fresh.value()));
-  current_.store(now, std::memory_order_release);
-  return now;
 }
 
 // A new daemon on the same instance, waited for up to the policy's bound: its socket may
@@ -296,7 +302,7 @@ Status ClientImpl::check_same_pools(const Connection& old, const Connection& fre
 // Tells the new daemon what we still hold in each pool it kept, and waits for what it
 // will not give back. Pools whose memory is new start over (a new incarnation: their
 // handles fail on use). mu_ held: no handle is made or released meanwhile.
-Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
+Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successor_died) {
   const size_t n = old.pools().size();
   std::vector<bool> kept(n);
   for (size_t i = 0; i < n; ++i) {
@@ -310,7 +316,12 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
       (fresh.max_request_payload() - sizeof(proto::RequestHeader) - sizeof(h)) /
       sizeof(proto::ReclaimItem);
   std::vector<std::byte> buf;
-  std::vector<std::pair<Call, uint32_t>> calls;  // and the pool
+  struct Sent {
+    Call call;
+    uint32_t pool;
+    std::vector<pool::BlockRef> refs;  // what the record claimed
+  };
+  std::vector<Sent> calls;
   auto send_one = [&](uint32_t pool, std::span<const proto::ReclaimItem> items, bool final) {
     h.flags = final ? proto::kReclaimFinal : 0;
     buf.resize(sizeof(h) + items.size_bytes());
@@ -319,7 +330,9 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
     auto corr = fresh.send(proto::Opcode::kReclaim, pool, static_cast<uint32_t>(items.size()),
                            buf.data(), buf.size());
     if (!corr) return corr.status();
-    calls.push_back({Call{&fresh, *corr}, pool});
+    std::vector<pool::BlockRef> refs;
+    for (const proto::ReclaimItem& it : items) refs.push_back(it.block);
+    calls.push_back({Call{&fresh, *corr}, pool, std::move(refs)});
     return Status::ok();
   };
   // Once a record went out, the new daemon may have handed blocks over to this connection,
@@ -360,8 +373,25 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh) {
   if (Status st = send_one(last_pool, {}, true); !st.is_ok())  // the rest may go
     return give_up(st);
   bool refused = false;
-  for (auto& [call, pool] : calls) {
+  auto mark_lost = [&](const Sent& s) {
+    HeldTable& t = held_[s.pool];
+    for (const pool::BlockRef& ref : s.refs) {
+      const uint64_t w = t.load(ref.id);
+      if (HeldTable::generation_of(w) == ref.generation) t.store(ref.id, w | HeldTable::kLost);
+    }
+  };
+  *successor_died = false;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const auto& [call, pool, sent] = calls[k];
     auto r = call.conn->wait(call.corr);
+    if (!r && r.status().code() == ErrorCode::kDaemonGone && fresh.gone()) {
+      // Killed mid-claim. The records it answered handed their blocks to our slot there,
+      // and its successor keeps them for that slot: we claim them from it next. What it
+      // did not answer may be under its keeper, which nobody can claim from: lost.
+      for (size_t j = k; j < calls.size(); ++j) mark_lost(calls[j]);
+      *successor_died = true;
+      break;
+    }
     if (!r) return give_up(r.status());
     if (r->code != ErrorCode::kOk) {
       // Not ours to claim (a daemon that adopted nothing, or another process's slot):

@@ -118,7 +118,9 @@ class ClientImpl {
   Result<Connection*> reattach(Connection* dead);
   Result<std::unique_ptr<Connection>> reconnect();
   Status check_same_pools(const Connection& old, const Connection& fresh) const;
-  Status claim_back(Connection& old, Connection& fresh);  // mu_ held
+  // mu_ held. *successor_died: `fresh`'s daemon died before it answered every record;
+  // what it did answer is ours under its slot there, which the daemon after it adopts.
+  Status claim_back(Connection& old, Connection& fresh, bool* successor_died);
   void count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable);
 
   const std::string instance_;

@@ -322,7 +322,13 @@ int run_busy(Client& client, const Pool& shared_pool, uint32_t threads, bool pat
     };
     while (true) {
       if (interrupted) {
-        Status st = client.ping();  // reattaches (waits for the next daemon)
+        // Reattaches (waits for the next daemon). The ping itself is a call in flight: a
+        // daemon killed again before it answers fails it with kDaemonGone too, and the
+        // next ping reattaches to the one after. Only a run of them means none came back.
+        Status st = client.ping();
+        for (int tries = 1; !st.is_ok() && st.code() == ErrorCode::kDaemonGone && tries < 8;
+             ++tries)
+          st = client.ping();
         if (!st.is_ok()) fatal(st);
         interrupted = false;
         if (pattern) {
