@@ -52,3 +52,33 @@ def test_without_reattach_calls_fail_with_daemon_gone(daemon_factory):
     wait_until(lambda: not client.daemon_alive, 10, "the client to notice the kill")
     with pytest.raises(kvpool.DaemonGone):
         client.ping()
+
+
+def test_an_async_call_after_a_kill9_reattaches(daemon_factory):
+    """The asyncio path reattaches too: the first *_async call after the death connects to
+    the next kvpoold (in the calling thread: that one call waits for it, up to the bound)
+    and is then served there; the blocks it matches are those registered before."""
+    import asyncio
+
+    d = daemon_factory(supervise=True)
+    client = d.connect(reattach_timeout=20.0)
+    pool = client.pool("g")
+    blocks = filled(pool, 2, salt=11)
+    for i, b in enumerate(blocks):
+        np.asarray(b)[...] = 77 + i
+    shared = pool.register_blocks(blocks)
+    hashes = shared.sequence_hashes
+    shared.release()
+    client.flush()
+    d.kill_child()
+    wait_until(lambda: not client.daemon_alive, 10, "the client to notice the kill")
+
+    async def main():
+        return await pool.match_sequence_hashes_async(hashes)
+
+    matched = asyncio.run(main())
+    assert client.daemon_alive
+    assert matched.sequence_hashes == hashes
+    for i in range(len(hashes)):
+        assert int(np.asarray(matched[i])[0, 0, 0, 0]) == 77 + i
+    matched.release()
