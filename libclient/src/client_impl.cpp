@@ -218,10 +218,25 @@ Result<Connection*> ClientImpl::usable() {
 }
 
 Result<Connection*> ClientImpl::reattach(Connection* dead) {
+  const uint64_t failures_before = reattach_failures_.load(std::memory_order_acquire);
   std::lock_guard one(reattach_mutex_);
   Connection* c = current_.load(std::memory_order_acquire);
   if (c != dead) return c;  // another thread did it
   if (!failed_.is_ok()) return failed_;
+  // Another thread tried while we waited for the lock, and failed: no daemon came back
+  // within the bound it waited. Its answer is ours (N threads wait one bound, not N).
+  // (Relaxed: both this load and the increment are under reattach_mutex_.)
+  if (reattach_failures_.load(std::memory_order_relaxed) != failures_before)
+    return last_reattach_failure_;
+  auto r = reattach_locked(dead);
+  if (!r) {
+    last_reattach_failure_ = r.status();
+    reattach_failures_.fetch_add(1, std::memory_order_release);
+  }
+  return r;
+}
+
+Result<Connection*> ClientImpl::reattach_locked(Connection* dead) {
   // A daemon killed again while we claim from it is, for the next one, the previous
   // daemon: we claim from its successor what it had given back to us.
   for (Connection* from = dead;;) {

@@ -116,6 +116,7 @@ class ClientImpl {
  private:
   Result<Connection*> usable();
   Result<Connection*> reattach(Connection* dead);
+  Result<Connection*> reattach_locked(Connection* dead);  // reattach_mutex_ held
   Result<std::unique_ptr<Connection>> reconnect();
   Status check_same_pools(const Connection& old, const Connection& fresh) const;
   // mu_ held. *successor_died: `fresh`'s daemon died before it answered every record;
@@ -129,6 +130,10 @@ class ClientImpl {
 
   std::mutex reattach_mutex_;  // one reattach at a time
   Status failed_;              // a reattach that cannot succeed (reattach_mutex_)
+  // Attempts that failed, and the last one's error (reattach_mutex_): a thread that waited
+  // for another's attempt takes its answer instead of waiting the whole bound again.
+  std::atomic<uint64_t> reattach_failures_{0};
+  Status last_reattach_failure_;
   // Held for every change of what we hold and for the swap of connections: a release is
   // counted and sent on the connection current at that moment, never half on each side
   // of a reattach's claim.
