@@ -88,7 +88,8 @@ def metrics_move():
                "published events and lag 0", scrape)
     page = scrape()
     for want in ('kvpool_events_info{kvpool_instance="' + d.instance + '",worker_id="7"} 1',
-                 "kvpool_events_daemon_attached 1", "kvpool_build_info{"):
+                 "kvpool_events_daemon_attached 1", "kvpool_events_token_ids_lost_total 0",
+                 "kvpool_build_info{"):
         if want not in page:
             fail(f"page lacks {want!r}:\n{page}")
     # Every forwarder metric the Grafana dashboard queries is on the page.

@@ -32,6 +32,10 @@ std::string forwarder_metrics_text(const Forwarder& f, const ForwarderOptions& o
                      "Ring events overwritten before the forwarder read them (it fell a lap "
                      "behind; a resync follows).",
                      g.lost_events.load(r)));
+  fams.push_back(one("kvpool_events_token_ids_lost_total", "counter",
+                     "Stored events sent with empty token_ids although the client sent them "
+                     "(their token ids were overwritten before the forwarder read them).",
+                     g.tokens_lost.load(r)));
   fams.push_back(one("kvpool_events_resyncs_total", "counter",
                      "Resyncs: cleared + the whole registry (start, gaps, router requests).",
                      g.resyncs.load(r)));
