@@ -84,6 +84,11 @@ struct AnswerGuard {
   AnswerGuard& operator=(const AnswerGuard&) = delete;
   ~AnswerGuard() {
     if (!armed) return;
+    // The daemon that got the request is gone: no answer will come, and a reattach may
+    // have claimed the caller's blocks back already (as the mutable blocks they still are
+    // in our table). Then they are released as any others, through the table, on the
+    // connection current now; forgetting them here would leave them held there.
+    if (call.conn->gone()) return;
     std::vector<pool::BlockRef> mine;
     if (handed_over) {
       for (auto& b : *handed_over) {
