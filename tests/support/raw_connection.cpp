@@ -35,45 +35,19 @@ Status RawConnection::handshake(const std::string& instance, const RawOptions& o
   poll_ = shm::PollPolicy{
       std::chrono::microseconds(options.poll_us),
       std::min<std::chrono::nanoseconds>(std::chrono::microseconds(options.poll_us), kStartGrace)};
-  std::string dir = options.runtime_dir;
-  if (dir.empty()) {
-    auto found = find_runtime_dir(instance);
-    if (!found) return found.status();
-    dir = *found;
-  }
-  auto sock = shm::connect_unix(socket_path(dir, instance));
-  if (!sock) return sock.status();
-  sock_ = std::move(sock.value());
-  KVPOOL_RETURN_IF_ERROR(proto::check_daemon_peer(sock_.get(), socket_path(dir, instance)));
-  proto::Welcome w{};
-  auto fds =
-      proto::exchange_hello(sock_.get(), instance, proto::MsgType::kHello, options.layout_major,
-                            static_cast<int>(options.connect_timeout.count()), &w);
-  if (!fds) return fds.status();
-  if (fds->size() < 3)
-    return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
-  // The control segment (read-only, validated once), our segment with both rings, the
-  // daemon's doorbell; then the pools' descriptors.
-  auto ctl_seg = shm::Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
-  if (!ctl_seg) return ctl_seg.status();
-  auto ctl = shm::ControlReader::open(std::move(ctl_seg.value()));
-  if (!ctl) return ctl.status();
-  control_ = std::move(ctl.value());
-  auto cseg = shm::Segment::map_fd(std::move((*fds)[1]), /*writable=*/true);
-  if (!cseg) return cseg.status();
-  client_ = std::move(cseg.value());
-  bell_ = std::move((*fds)[2]);
+  auto at = shm::attach_client(instance, options.runtime_dir, options.layout_major,
+                               static_cast<int>(options.connect_timeout.count()));
+  if (!at) return at.status();
+  sock_ = std::move(at->sock);
+  const proto::Welcome w = at->welcome;
+  control_ = std::move(at->control);
+  client_ = std::move(at->client);
+  bell_ = std::move(at->bell);
   slot_ = w.slot;
   generation_ = w.generation;
-  const auto lay = shm::client_segment_layout(w.ring_capacity);
-  const auto* ch = client_.as<shm::ClientHeader>();
-  if (client_.size() < lay.total_bytes || ch->magic != shm::kClientMagic ||
-      ch->request_offset != lay.request_offset || ch->response_offset != lay.response_offset)
-    return Status(ErrorCode::kProtocolError, "the client segment does not match the welcome");
-  requests_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.request_offset),
-                    w.ring_capacity);
-  responses_.emplace(reinterpret_cast<shm::RingHeader*>(client_.as<char>() + lay.response_offset),
-                     w.ring_capacity);
+  requests_.emplace(at->requests, w.ring_capacity);
+  responses_.emplace(at->responses, w.ring_capacity);
+  std::vector<shm::UniqueFd>* fds = &at->fds;
   KVPOOL_RETURN_IF_ERROR(map_pools(w, *fds));
   // Ready only once the lease is held: from then on the daemon judges us by it.
   KVPOOL_RETURN_IF_ERROR(hold_lease());

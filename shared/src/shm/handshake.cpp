@@ -116,7 +116,10 @@ void send_refusal(int fd, MsgType type, ErrorCode code, const std::string& messa
 
 namespace kvpool::shm {
 
-Result<ControlReader> observe(const std::string& instance, const std::string& runtime_dir) {
+namespace {
+
+// The daemon's socket for `instance`, connected, its peer checked.
+Result<UniqueFd> connect_daemon(const std::string& instance, const std::string& runtime_dir) {
   KVPOOL_RETURN_IF_ERROR(validate_instance_name(instance));
   std::string dir = runtime_dir;
   if (dir.empty()) {
@@ -127,6 +130,45 @@ Result<ControlReader> observe(const std::string& instance, const std::string& ru
   auto sock = connect_unix(socket_path(dir, instance));
   if (!sock) return sock.status();
   KVPOOL_RETURN_IF_ERROR(proto::check_daemon_peer(sock->get(), socket_path(dir, instance)));
+  return sock;
+}
+
+}  // namespace
+
+Result<ClientAttach> attach_client(const std::string& instance, const std::string& runtime_dir,
+                                   uint16_t layout_major, int timeout_ms) {
+  auto sock = connect_daemon(instance, runtime_dir);
+  if (!sock) return sock.status();
+  ClientAttach a;
+  a.sock = std::move(sock.value());
+  auto fds = proto::exchange_hello(a.sock.get(), instance, proto::MsgType::kHello, layout_major,
+                                   timeout_ms, &a.welcome);
+  if (!fds) return fds.status();
+  if (fds->size() < 3)
+    return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
+  auto ctl_seg = Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
+  if (!ctl_seg) return ctl_seg.status();
+  auto ctl = ControlReader::open(std::move(ctl_seg.value()));
+  if (!ctl) return ctl.status();
+  a.control = std::move(ctl.value());
+  auto cseg = Segment::map_fd(std::move((*fds)[1]), /*writable=*/true);
+  if (!cseg) return cseg.status();
+  a.client = std::move(cseg.value());
+  a.bell = std::move((*fds)[2]);
+  const auto lay = client_segment_layout(a.welcome.ring_capacity);
+  const auto* ch = a.client.as<ClientHeader>();
+  if (a.client.size() < lay.total_bytes || ch->magic != kClientMagic ||
+      ch->request_offset != lay.request_offset || ch->response_offset != lay.response_offset)
+    return Status(ErrorCode::kProtocolError, "the client segment does not match the welcome");
+  a.requests = reinterpret_cast<RingHeader*>(a.client.as<char>() + lay.request_offset);
+  a.responses = reinterpret_cast<RingHeader*>(a.client.as<char>() + lay.response_offset);
+  a.fds = std::move(fds.value());
+  return a;
+}
+
+Result<ControlReader> observe(const std::string& instance, const std::string& runtime_dir) {
+  auto sock = connect_daemon(instance, runtime_dir);
+  if (!sock) return sock.status();
   proto::Welcome w{};
   auto fds = proto::exchange_hello(sock->get(), instance, proto::MsgType::kObserve, kLayoutMajor,
                                    5000, &w);

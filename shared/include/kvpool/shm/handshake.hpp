@@ -15,6 +15,8 @@
 #include "kvpool/core/status.hpp"
 #include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/protocol.hpp"
+#include "kvpool/shm/ring.hpp"
+#include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/unique_fd.hpp"
 
 namespace kvpool::proto {
@@ -52,6 +54,25 @@ void send_refusal(int fd, MsgType type, ErrorCode code, const std::string& messa
 }  // namespace kvpool::proto
 
 namespace kvpool::shm {
+
+// A client's attach up to its pools, the one sequence libkvpool and the test client share:
+// the daemon's socket (its peer checked), the Welcome, the control segment (read-only,
+// validated), this client's segment with both rings checked against the Welcome, and the
+// doorbell. `fds` is all the Welcome carried, the first three moved out, so the pools'
+// descriptors still start at index 3. The caller maps its pools, then sends Ready.
+struct ClientAttach {
+  UniqueFd sock;
+  proto::Welcome welcome{};
+  ControlReader control;
+  Segment client;
+  UniqueFd bell;
+  std::vector<UniqueFd> fds;
+  RingHeader* requests = nullptr;   // in `client`
+  RingHeader* responses = nullptr;  // in `client`
+};
+// runtime_dir "": where the daemon puts its socket.
+Result<ClientAttach> attach_client(const std::string& instance, const std::string& runtime_dir,
+                                   uint16_t layout_major, int timeout_ms);
 
 // The control segment of the kvpoold serving `instance`, read-only, attaching nothing
 // (kvpoolctl, kvpool-events, tests). runtime_dir "": where the daemon puts its socket.
