@@ -14,7 +14,7 @@
 #   lib/sysusers.d/kvpool.conf              user and group kvpool
 #   etc/kvpool/kvpoold.json                 the default config (/etc/kvpool for prefix /usr)
 #   etc/kvpool/kvpool-events.env            (with libnats) the forwarder's settings, commented
-#   share/doc/kvpool/README.md
+#   share/doc/kvpool/README.md, docs/   the README and the pages it links
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -117,3 +117,4 @@ if(TARGET kvpool-events)
   install(FILES ${PROJECT_SOURCE_DIR}/systemd/kvpool-events.env DESTINATION ${KVPOOL_INSTALL_CONFIGDIR})
 endif()
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)

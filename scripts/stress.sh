@@ -3,7 +3,7 @@
 #   scripts/stress.sh [--workers 8] [--seconds 30] [--kill-interval-ms 300]
 #                     [--daemon-restarts 0] [--keep-cache [--reattach]] [--seed 1] [--blocks 2048]
 # --keep-cache: kvpoold runs under `kvpoold --supervise` and each daemon restart is a kill -9
-# whose successor adopts the pool (README "Restarts and upgrades"). --reattach: workers
+# whose successor adopts the pool (docs/restarts.md). --reattach: workers
 # reconnect on their own (ConnectOptions::reattach) and must ride through each restart.
 # Prints progress each second and a verdict; exits non-zero on any violation.
 set -euo pipefail

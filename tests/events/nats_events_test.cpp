@@ -229,8 +229,8 @@ TEST_F(NatsEvents, ARestartedDaemonIsAnEmptyWorker) {
   wait_for_overlap(p1, {{kA, 2}, {kB, 0}}, "p1 on the new daemon of A");
 }
 
-// A daemon killed and restarted by its supervisor adopts its pool (README "Restarts and
-// upgrades"): the forwarder publishes what the dead daemon's ring still held, attaches to
+// A daemon killed and restarted by its supervisor adopts its pool (docs/restarts.md:
+// adoption): the forwarder publishes what the dead daemon's ring still held, attaches to
 // the new epoch and, since it adopted every pool and dropped nothing, sends no resync: the
 // router's view holds, and it still places the old prefix on the worker.
 TEST_F(NatsEvents, AnAdoptingDaemonKeepsItsBlocksAtTheRouter) {

@@ -39,7 +39,7 @@ done
 ldd "$libdir/libkvpool_c.so.1" | grep -q "not found" && fail "libkvpool_c.so.1 misses a library: $(ldd "$libdir/libkvpool_c.so.1")"
 for f in bin/kvpoold bin/kvpoolctl include/kvpool/client.hpp include/kvpool/block.hpp \
          lib/systemd/system/kvpoold.service lib/sysusers.d/kvpool.conf etc/kvpool/kvpoold.json \
-         share/doc/kvpool/README.md; do
+         share/doc/kvpool/README.md share/doc/kvpool/docs/operations.md; do
   [ -e "$prefix/$f" ] || fail "cmake --install did not install $f"
 done
 for f in cmake/kvpool/kvpoolConfig.cmake cmake/kvpool/kvpoolConfigVersion.cmake \

@@ -1,4 +1,4 @@
-// Per-block checksums (README "Security model", cache poisoning): a client registers blocks
+// Per-block checksums (docs/security.md, cache poisoning): a client registers blocks
 // with RegisterOptions::checksum, a hostile process overwrites one of them through its own
 // read-write mapping of the host pool, and kvpoold (scrubbing, or verifying on a reader's
 // request) finds it, evicts it and counts it, while every good block stays served. All with

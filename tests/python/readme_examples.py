@@ -1,5 +1,5 @@
-"""The README's "Using kvpool from C / from Rust / from Python with torch" examples: each
-section shows its example file whole, and each example runs against a real kvpoold and does
+"""The docs' "Using kvpool from C / from Rust / from Python with torch" examples (docs/c.md,
+docs/rust.md, docs/python.md): each page shows its example file whole, and each example runs against a real kvpoold and does
 what the README says (first run registers 4 blocks, a second run matches all 4).
 
     readme_examples.py <source dir> <build dir> <kvpoold> <python> [cargo]
@@ -25,10 +25,11 @@ def check(cond, what):
         print(f"readme_examples: FAILED: {what}")
 
 
-readme = open(os.path.join(src, "README.md")).read()
-for path in ("examples/c/kvpool_example.c", "libclient/rust/examples/worker.rs",
-             "examples/python/torch_worker.py"):
-    check(open(os.path.join(src, path)).read() in readme, f"README shows {path} whole")
+for path, page in (("examples/c/kvpool_example.c", "docs/c.md"),
+                   ("libclient/rust/examples/worker.rs", "docs/rust.md"),
+                   ("examples/python/torch_worker.py", "docs/python.md")):
+    shown = open(os.path.join(src, page)).read()
+    check(open(os.path.join(src, path)).read() in shown, f"{page} shows {path} whole")
 
 tmp = tempfile.mkdtemp(prefix="kvpool-readme-")
 instance = f"readme{os.getpid()}"

@@ -6,7 +6,7 @@
 //   kvpool_stress --workers 8 --seconds 30 --kill-interval-ms 300 --daemon-restarts 0 --seed 1
 //                 [--keep-cache [--reattach]]
 // --keep-cache: kvpoold runs under `kvpoold --supervise`; a daemon restart is a kill -9 of
-// the daemon, whose successor adopts the pool (README "Restarts and upgrades"): the final
+// the daemon, whose successor adopts the pool (docs/restarts.md): the final
 // byte check then covers blocks registered before the restarts too. --reattach: workers
 // connect with ConnectOptions::reattach and must ride through every restart (issue 15).
 #include <fcntl.h>

@@ -33,7 +33,7 @@ struct Family {
 
 // kvpool_build_info{version, git_commit} 1: the program serving the metrics.
 Family build_info();
-// Every daemon, pool and client family (README: "kvpoolctl metrics").
+// Every daemon, pool and client family (docs/operations.md: "kvpoolctl").
 std::vector<Family> collect(const ctl::ControlView& v);
 
 // Prometheus text exposition format 0.0.4.

@@ -1,7 +1,7 @@
 // kvpool-replay: replays a Mooncake-format request trace through kvpoold with N worker
 // processes and says how much of the achievable prefix reuse kvpool delivered, against the
 // trace's infinite-cache ceiling and an exact in-process simulation of the same pool, and
-// whether every reused block held exactly the right bytes. See README.md, "Real traffic".
+// whether every reused block held exactly the right bytes. See docs/replay.md.
 #include <unistd.h>
 
 #include <algorithm>

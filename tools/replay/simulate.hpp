@@ -23,7 +23,7 @@ struct SimOptions {
 // order evicts the lowest priority first, then the least recently returned. With L > 0 the
 // first L blocks of every prompt get priorities L..1 (shallow prefixes kept, leaves evicted
 // first); L = 0 is Dynamo's default (all 0). Measured worse on the conversation trace at every
-// capacity below 40% (README): an experiment, not a recommendation.
+// capacity below 40% (docs/replay.md): an experiment, not a recommendation.
 inline uint32_t block_priority(size_t k, uint32_t shallow_levels) {
   return k < shallow_levels ? shallow_levels - static_cast<uint32_t>(k) : 0;
 }

@@ -58,7 +58,7 @@ struct ConnectOptions {
   // takes back what this client held: handles stay valid (same ids, same memory) where the
   // new daemon adopted the pool and proves the block was ours; others fail with
   // kInvalidHandle on use. A daemon with other pools (names, shapes) is not reattached to:
-  // calls fail with kDaemonGone, connect a new Client. See README "Restarts and upgrades".
+  // calls fail with kDaemonGone, connect a new Client. See docs/restarts.md.
   bool reattach = true;
   std::chrono::milliseconds reattach_timeout{15000};
 };

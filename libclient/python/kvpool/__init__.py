@@ -9,7 +9,7 @@
 
 Every call that waits for kvpoold releases the GIL. Errors raise kvpool.Error subclasses
 (kvpool.NotEnoughBlocks, kvpool.DaemonGone, ...) with .code (a kvpool.ErrorCode) and the
-C++ message. See libclient/python/README.md.
+C++ message. See docs/python.md.
 """
 
 import asyncio as _asyncio

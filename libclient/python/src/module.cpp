@@ -1,4 +1,4 @@
-// kvpool._kvpool: Python bindings of libkvpool (see libclient/python/README.md). Every call
+// kvpool._kvpool: Python bindings of libkvpool (see docs/python.md). Every call
 // that waits for kvpoold runs with the GIL released.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -217,7 +217,7 @@ py::dict layout_dict(const PoolMeta& m) {
 PYBIND11_MODULE(_kvpool, m) {
   using namespace kvpool;
   using namespace kvpool::python;
-  m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's README).";
+  m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's docs/python.md).";
   bind_errors(m);
   bind_blocks(m);
 #ifdef KVPOOL_HAVE_DLPACK
