@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
