@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kvpool/core/layout.hpp"
+#include "kvpool/shm/fields.hpp"
 #include "kvpool/shm/unix_socket.hpp"
 
 namespace kvpool::daemon {
@@ -14,10 +15,6 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) {
   return s.compare(0, std::strlen(prefix), prefix) == 0;
-}
-
-bool within(uint64_t offset, uint64_t bytes, uint64_t size) {
-  return offset <= size && bytes <= size - offset;
 }
 
 // The header of a previous control segment, if it is one at all.
@@ -117,7 +114,8 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
     return a;
   }
   if (h.total_bytes > c.segment.size() ||
-      !within(h.pools_offset, uint64_t{h.num_pools} * sizeof(shm::PoolInfo), c.segment.size()) ||
+      !shm::within(h.pools_offset, uint64_t{h.num_pools} * sizeof(shm::PoolInfo),
+                   c.segment.size()) ||
       h.pools_offset % alignof(shm::PoolInfo) != 0) {
     spdlog::warn("the previous control segment's header is corrupt: every pool starts empty");
     return a;
@@ -127,7 +125,8 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   // Its clients that still run (a pidfd that is not readable: the process has not exited).
   // A pid reused by an unrelated process keeps some blocks out of circulation longer, and
   // could claim them back only as the same uid (daemon/previous_clients.cpp).
-  if (within(h.slots_offset, uint64_t{h.max_clients} * sizeof(shm::SlotInfo), c.segment.size()) &&
+  if (shm::within(h.slots_offset, uint64_t{h.max_clients} * sizeof(shm::SlotInfo),
+                  c.segment.size()) &&
       h.slots_offset % alignof(shm::SlotInfo) == 0) {
     const auto* slots =
         reinterpret_cast<const shm::SlotInfo*>(c.segment.as<const char>() + h.slots_offset);
@@ -191,7 +190,7 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   if (info->data_bytes != layout->total_bytes() || ::fstat(it->second.get(), &st) != 0 ||
       static_cast<uint64_t>(st.st_size) < info->data_bytes)
     return empty("its data segment is smaller than its layout");
-  if (!within(info->arena_offset, info->arena_bytes, previous_.size()) ||
+  if (!shm::within(info->arena_offset, info->arena_bytes, previous_.size()) ||
       info->arena_offset % 64 != 0)
     return empty("its arena lies outside the control segment (corrupt)");
   const void* arena = base + info->arena_offset;

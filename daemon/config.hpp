@@ -47,9 +47,9 @@ struct Config {
   std::string runtime_dir;           // "" -> default_runtime_dir()
   uint32_t max_clients = 64;         // 1..4096
   uint64_t ring_bytes = 256 * 1024;  // per ring, power of two, 4 KiB..64 MiB
-  // How long the engine keeps polling the rings (yielding the core between polls) after
+  // How long the engine keeps polling the rings (pause-spinning, never yielding) after
   // its last request before it parks on epoll, in microseconds; it polls only while
-  // requests have recently come closer together than this (DESIGN §4).
+  // requests have recently come closer together than this (docs/design.md §4).
   uint32_t poll_us = 50;
   std::string log_level = "info";   // trace|debug|info|warn|error|critical|off
   std::vector<uid_t> allowed_uids;  // empty: any uid may attach (socket permissions apply)

@@ -16,11 +16,12 @@
 #include <cstring>
 #include <filesystem>
 
-#include "daemon/clock.hpp"
-#include "daemon/counters.hpp"
 #include "daemon/epoll_tags.hpp"
+#include "kvpool/core/clock.hpp"
+#include "kvpool/core/counter.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
+#include "kvpool/shm/fields.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/handshake.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
@@ -56,11 +57,6 @@ void record_latency(shm::LatencyHistogram& h, uint64_t ns) {
   bump(h.buckets[i], 1);
   bump(h.count, 1);
   bump(h.sum_ns, ns);
-}
-
-void copy_name(char (&dst)[shm::kNameBytes], const std::string& src) {
-  std::memset(dst, 0, sizeof(dst));
-  std::memcpy(dst, src.data(), std::min(src.size(), sizeof(dst) - 1));
 }
 
 Status make_runtime_dir(const std::string& dir) {
@@ -178,7 +174,7 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
     }
     if (previous[i]) adopt_pool_registry(adoption, *previous[i], i, core_configs[i], *core);
     shm::PoolInfo& info = control_.pool_info(i);  // its arena's place is filled in already
-    copy_name(info.name, pc.name);
+    shm::copy_name(info.name, pc.name);
     info.layout = pc.layout;
     info.dtype = static_cast<uint32_t>(pc.dtype);
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes

@@ -108,7 +108,7 @@ class Engine {
   std::vector<std::byte> scratch_;  // a copy of the request payload being processed
   Dispatcher dispatcher_;           // validates and runs ring records against the pools' cores
   uint64_t last_periodic_ns_ = 0;
-  // The wait protocol (DESIGN §4): when the last request came, and a moving average of
+  // The wait protocol (docs/design.md §4): when the last request came, and a moving average of
   // the gap between requests, which decides whether polling after an answer can pay.
   uint64_t last_request_ns_ = 0;
   uint64_t gap_avg_ns_ = 0;

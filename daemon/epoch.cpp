@@ -1,17 +1,12 @@
 #include "daemon/epoch.hpp"
 
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool::daemon {
 namespace {
-
-uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // splitmix64's finaliser: spreads every input bit over the output.
 uint64_t mix(uint64_t x) {
@@ -27,7 +22,7 @@ uint64_t mix(uint64_t x) {
 uint64_t new_epoch() {
   uint64_t e = 0;
   if (::getrandom(&e, sizeof(e), 0) != static_cast<ssize_t>(sizeof(e)))
-    e = mix(clock_ns(CLOCK_REALTIME) ^ mix(clock_ns(CLOCK_BOOTTIME)) ^
+    e = mix(now_ns(CLOCK_REALTIME) ^ mix(now_ns(CLOCK_BOOTTIME)) ^
             mix(static_cast<uint64_t>(::getpid())));
   return e != 0 ? e : 1;
 }

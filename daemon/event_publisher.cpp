@@ -1,15 +1,9 @@
 #include "daemon/event_publisher.hpp"
 
-#include <time.h>
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool::daemon {
 namespace {
-
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 shm::EventPayload payload(shm::EventType type, uint32_t pool, uint64_t time_ns) {
   shm::EventPayload p{};
@@ -23,7 +17,7 @@ shm::EventPayload payload(shm::EventType type, uint32_t pool, uint64_t time_ns) 
 
 void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) {
   if (blocks.empty()) return;
-  const uint64_t t = realtime_ns();
+  const uint64_t t = now_ns(CLOCK_REALTIME);
   scratch_.clear();
   tokens_.clear();
   bool any_tokens = false;
@@ -44,7 +38,7 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
 }
 
 void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
-  shm::EventPayload p = payload(shm::EventType::kRemoved, pool, realtime_ns());
+  shm::EventPayload p = payload(shm::EventType::kRemoved, pool, now_ns(CLOCK_REALTIME));
   p.sequence_hash = sequence_hash;
   writer_.append(p);
 }

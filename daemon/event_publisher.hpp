@@ -1,5 +1,5 @@
-// The daemon's EventSink: turns the pool cores' Stored / Removed / Cleared calls into records
-// of the control segment's event ring (one batch per register call). Runs on the progress
+// The daemon's EventSink: turns the pool cores' Stored / Removed calls into records of the
+// control segment's event ring (one batch per register call). Runs on the progress
 // engine, never waits (the ring overwrites what slow readers did not read).
 #pragma once
 
@@ -18,8 +18,6 @@ class EventPublisher final : public pool::EventSink {
 
   void on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) override;
   void on_removed(uint32_t pool, uint64_t sequence_hash) override;
-
-  const shm::EventRingWriter& writer() const { return writer_; }
 
  private:
   shm::EventRingWriter writer_;

@@ -1,4 +1,4 @@
-// Deciding whether an attached client is still there (DESIGN §5), without trusting anything
+// Deciding whether an attached client is still there (docs/design.md §5), without trusting anything
 // the client can write. The pidfd is the kernel's word on the process; the lease's futex
 // word is the client's claim, believed only when it names one of the process's threads.
 // No pthread call ever touches the lease (it lives in client-writable memory).

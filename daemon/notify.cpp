@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -13,6 +12,8 @@
 #ifdef KVPOOL_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
+
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool::daemon {
 namespace {
@@ -51,12 +52,6 @@ uint64_t watchdog_usec() {
   return std::strtoull(usec, nullptr, 10);
 }
 
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 }  // namespace
 
 void notify_ready() { send_notify("READY=1"); }
@@ -76,7 +71,7 @@ void notify_watchdog() {
     return usec != 0 ? usec * 1000 / 4 : 1'000'000'000ull;
   }();
   static uint64_t last_ns = 0;
-  uint64_t now = monotonic_ns();
+  uint64_t now = now_ns(CLOCK_MONOTONIC);
   if (last_ns != 0 && now - last_ns < period_ns) return;
   last_ns = now;
   send_notify("WATCHDOG=1");

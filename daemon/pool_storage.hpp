@@ -1,7 +1,7 @@
 // Where one pool's block bytes live, daemon side. The pool core hands out block ids and
 // never touches memory; a PoolStorage turns the pool's layout into memory and tells
-// clients, through PoolInfo and the welcome, how to reach it (DESIGN.md §6):
-//   host  a named shm object (or hugetlbfs file), zeroed, placed and pre-faulted with
+// clients, through PoolInfo and the welcome, how to reach it (docs/design.md §6):
+//   host  an unnamed memfd (MFD_HUGETLB on hugetlbfs), zeroed, placed and pre-faulted with
 //         progress in the log and STATUS= (host_pool_memory.hpp); every client gets a
 //         read-write fd in its welcome.
 //   cuda  one cudaMalloc slab on the configured device, zeroed, exported with
@@ -54,9 +54,10 @@ class PoolStorage {
   // Host pools: the block bytes as the daemon maps them (read for checksums, never
   // written); nullptr for storage the daemon cannot read (device pools).
   const std::byte* host_bytes() const;
-  // Removes named objects (host pools' shm name); memory goes with the object.
+  // Nothing to remove today (host pools are memfds, which go with their last descriptor);
+  // kept so that a storage kind with a name has its place to clean up.
   void remove() const;
-  // For logs: "host shm /kvpool.default.pool.g2" or "cuda device 0 (GPU-...)".
+  // For logs: "host memfd kvpool.default.pool.g2" or "cuda device 0 (GPU-...)".
   std::string describe() const;
 
  private:

@@ -56,9 +56,9 @@ class PreviousClients {
 
  private:
   enum class PinState : uint8_t { kOpen, kClaimed, kLost, kSettled };
-  // More references than one client may hold on a block (PoolCoreConfig's default
-  // max_refs_per_block) cannot come from a whole arena: such a pin is never handed back.
-  static constexpr uint32_t kMaxClaimableReferences = 1024;
+  // More references than one client may hold on a block by default cannot come from a
+  // whole arena: such a pin is never handed back.
+  static constexpr uint32_t kMaxClaimableReferences = pool::OwnerQuota{}.max_refs_per_block;
   struct Pin {
     uint32_t generation;
     uint32_t references;  // 0: mutable

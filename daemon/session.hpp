@@ -1,6 +1,6 @@
 // One attached client as the daemon sees it: its socket, pidfd, doorbell eventfd, its own
-// segment and the daemon's views of its rings. Owned by the Engine, touched only by the
-// progress-engine thread.
+// segment and the daemon's views of its rings. Owned by Sessions (daemon/sessions.hpp),
+// touched only by the progress-engine thread.
 #pragma once
 
 #include <sys/types.h>

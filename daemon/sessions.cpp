@@ -9,10 +9,10 @@
 
 #include <algorithm>
 
-#include "daemon/clock.hpp"
-#include "daemon/counters.hpp"
 #include "daemon/epoll_tags.hpp"
 #include "daemon/liveness.hpp"
+#include "kvpool/core/clock.hpp"
+#include "kvpool/core/counter.hpp"
 #include "kvpool/shm/handshake.hpp"
 
 namespace kvpool::daemon {

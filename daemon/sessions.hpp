@@ -1,4 +1,4 @@
-// Who is attached to kvpoold, and whether they are still there (DESIGN §5): accepting
+// Who is attached to kvpoold, and whether they are still there (docs/design.md §5): accepting
 // connections, the Hello / Welcome / Ready handshake (sessions_attach.cpp), watching each
 // client's socket and pidfd, deciding from the lease whether a client that hung up is gone,
 // and giving back what a gone client held (sessions.cpp). Touched only by the engine thread.

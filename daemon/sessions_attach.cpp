@@ -1,4 +1,4 @@
-// Attaching a client (DESIGN §5): accepting a connection within the caps on those that
+// Attaching a client (docs/design.md §5): accepting a connection within the caps on those that
 // have not said Hello, vetting the Hello (instance, credentials, allow-lists, slots), and
 // the Welcome that hands a worker its segment, doorbell and the pools' descriptors.
 #include <spdlog/spdlog.h>
@@ -9,10 +9,10 @@
 #include <span>
 
 #include "daemon/client_segment.hpp"
-#include "daemon/clock.hpp"
-#include "daemon/counters.hpp"
 #include "daemon/epoll_tags.hpp"
 #include "daemon/sessions.hpp"
+#include "kvpool/core/clock.hpp"
+#include "kvpool/core/counter.hpp"
 #include "kvpool/core/version.hpp"
 #include "kvpool/shm/handshake.hpp"
 

@@ -50,13 +50,22 @@ SANITIZERS=${SANITIZERS:-0}
 [ "$SANITIZERS" = "1" ] || exit 0
 
 # Each sanitizer build makes only what the unit and multi-process tests run. The options
-# are those of the asan / tsan test presets (keep the two in step); ctest is pointed at the
-# folder itself because `ctest --preset` always uses the preset's own binaryDir. Reports go
-# to files too (log_path), so one from a process whose exit status nobody checks (a worker
-# or a daemon a test kills anyway) still fails the run.
-ASAN_BASE=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1
-UBSAN_BASE=print_stacktrace=1:halt_on_error=1
-TSAN_BASE="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+# are read from the asan / tsan test presets in CMakePresets.json, their one source; ctest is
+# pointed at the folder itself because `ctest --preset` always uses the preset's own
+# binaryDir. Reports go to files too (log_path), so one from a process whose exit status
+# nobody checks (a worker or a daemon a test kills anyway) still fails the run.
+preset_env() {  # preset_env PRESET VARIABLE: that test preset's value, ${sourceDir} expanded
+  python3 - "$1" "$2" "$PWD" <<'PY'
+import json, sys
+preset, var, source_dir = sys.argv[1:]
+with open("CMakePresets.json") as f:
+    tests = {p["name"]: p for p in json.load(f)["testPresets"]}
+print(tests[preset]["environment"][var].replace("${sourceDir}", source_dir))
+PY
+}
+ASAN_BASE=$(preset_env asan ASAN_OPTIONS)
+UBSAN_BASE=$(preset_env asan UBSAN_OPTIONS)
+TSAN_BASE=$(preset_env tsan TSAN_OPTIONS)
 sanitized() {
   local preset=$1 dir=$2
   shift 2

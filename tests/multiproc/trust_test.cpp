@@ -1,4 +1,4 @@
-// The trust boundary (DESIGN §3, §5; docs/security.md): each test performs one attack
+// The trust boundary (docs/design.md §3, §5; docs/security.md): each test performs one attack
 // a hostile or buggy local client can make, with real processes against a real kvpoold, and
 // checks that only the attacker is hurt: the daemon lives, everyone else's blocks and bytes
 // are intact, and what the attacker held comes back.

@@ -1,4 +1,4 @@
-// Dynamo's KV router event, as JSON on NATS (DESIGN.md §7, REFERENCES.md). Dynamo 0.2.1's
+// Dynamo's KV router event, as JSON on NATS (docs/design.md §7, docs/events.md). Dynamo 0.2.1's
 // form, which EventSource{worker_id} alone still produces byte for byte:
 //
 //   {"worker_id":W,"event":{"event_id":N,"data":{"stored":{"parent_hash":P|null,

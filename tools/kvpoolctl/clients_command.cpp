@@ -1,7 +1,6 @@
 // kvpoolctl clients [--instance NAME] [--runtime-dir DIR] [--json]
 // One row per attached (or attaching, or suspect) client slot: who it is, how much it has
 // asked, and how many blocks it holds right now across all pools.
-#include <time.h>
 
 #include <cstdio>
 #include <iostream>
@@ -9,15 +8,10 @@
 
 #include "commands.hpp"
 #include "control_view.hpp"
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool {
 namespace {
-
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 std::string age_text(double seconds) {
   char buf[32];
@@ -36,7 +30,7 @@ std::string age_text(double seconds) {
 
 nlohmann::json clients_json(const ctl::ControlView& v) {
   auto rl = [](const auto& a) { return a.load(std::memory_order_relaxed); };
-  const uint64_t now = realtime_ns();
+  const uint64_t now = now_ns(CLOCK_REALTIME);
   nlohmann::json out = nlohmann::json::array();
   for (uint32_t slot = 0; slot < v.header->max_clients; ++slot) {
     const shm::SlotInfo& si = v.slots[slot];

@@ -1,6 +1,6 @@
 // kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow]
 //                  [--last N | --all | --new]
-// Tails the daemon's event ring (DESIGN.md §7): the last 20 events (like tail; --all: what
+// Tails the daemon's event ring (docs/design.md §7): the last 20 events (like tail; --all: what
 // the ring still holds, which may be 65536 records), then (--follow)
 // every new Stored / Removed / Cleared record as it is appended, until the daemon stops or
 // the user interrupts. A reader never writes the ring, so tailing costs the daemon nothing;

@@ -1,11 +1,10 @@
 #include "metrics.hpp"
 
-#include <time.h>
-
 #include <charconv>
 #include <cstring>
 #include <iterator>
 
+#include "kvpool/core/clock.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/version.hpp"
 
@@ -31,12 +30,6 @@ std::string escape(const std::string& v, bool quotes) {
     }
   }
   return out;
-}
-
-uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 double ratio(uint64_t part, uint64_t whole) {
@@ -83,7 +76,7 @@ std::vector<Family> collect(const ctl::ControlView& v) {
   family("daemon_start_time_seconds", "gauge", "Unix time the daemon started.")
       .samples.push_back({"", {}, static_cast<double>(h.start_time_ns) / 1e9});
   {
-    uint64_t hb = rl(h.heartbeat_ns), now = clock_ns(CLOCK_MONOTONIC);
+    uint64_t hb = rl(h.heartbeat_ns), now = now_ns(CLOCK_MONOTONIC);
     family("engine_heartbeat_age_seconds", "gauge",
            "Seconds since the progress engine last did its periodic work (about every 50 ms "
            "when healthy).")

@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <termios.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -19,6 +18,7 @@
 
 #include "commands.hpp"
 #include "control_view.hpp"
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool {
 namespace {
@@ -65,16 +65,10 @@ struct Sample {
   std::vector<PoolSample> pools;
 };
 
-double mono_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
 Sample take(const ctl::ControlView& v) {
   auto rl = [](const auto& a) -> uint64_t { return a.load(std::memory_order_relaxed); };
   Sample s;
-  s.t = mono_seconds();
+  s.t = static_cast<double>(now_ns(CLOCK_MONOTONIC)) / 1e9;
   s.requests = rl(v.header->stats.requests);
   s.reclaimed = rl(v.header->stats.reclaimed_clients);
   if (const shm::LatencyHistogram* lat = ctl::request_latency(v))

@@ -36,7 +36,7 @@ class MutableBlock {
   MutableBlock& operator=(const MutableBlock&) = delete;
   ~MutableBlock();
 
-  // Token API (DESIGN.md §1): Reset -> Partial -> Complete.
+  // Token API (docs/design.md §1): Reset -> Partial -> Complete.
   Status init_sequence(Salt salt, std::optional<SequenceHash> parent = std::nullopt);
   Status add_token(Token token);
   Result<size_t> add_tokens(std::span<const Token> tokens);  // how many fitted

@@ -364,8 +364,7 @@ void bind_blocks(py::module_& m) {
                                auto t = b.get().state().tokens();
                                return std::vector<Token>(t.begin(), t.end());
                              })
-      .def_property_readonly("state", &state_name,
-                             "'Reset', 'Partial', 'Complete' or 'Registered'.")
+      .def_property_readonly("state", &state_name, "'Reset', 'Partial' or 'Complete'.")
       .def_property_readonly("block_id",
                              [](const MutableBlockObject& b) { return b.get().block_id(); })
       .def_property_readonly("generation",

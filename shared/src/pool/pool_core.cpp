@@ -1,6 +1,7 @@
 #include "kvpool/pool/pool_core.hpp"
 
 #include "kvpool/core/checksum.hpp"
+#include "kvpool/core/counter.hpp"
 
 #include <bit>
 #include <cstring>
@@ -10,13 +11,6 @@
 
 namespace kvpool::pool {
 namespace {
-
-// Single writer: a relaxed load+store is enough (and avoids a locked RMW on the hot path);
-// readers in other processes see a torn-free value, possibly a moment old.
-template <typename T, typename D>
-inline void bump(std::atomic<T>& a, D delta) {
-  a.store(static_cast<T>(a.load(std::memory_order_relaxed) + delta), std::memory_order_relaxed);
-}
 
 // Distinct priorities among inactive blocks at one time. Beyond it (only a client inventing
 // priorities on purpose gets there) a block joins the lowest level: evicted earlier, never lost.

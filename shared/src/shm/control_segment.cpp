@@ -1,6 +1,5 @@
 #include "kvpool/shm/control_segment.hpp"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,8 +8,10 @@
 #include <new>
 #include <utility>
 
+#include "kvpool/core/clock.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
+#include "kvpool/shm/fields.hpp"
 
 namespace kvpool::shm {
 namespace {
@@ -24,24 +25,8 @@ static_assert(alignof(EventRingHeader) <= 4096 && alignof(EventSlot) <= 4096);
 constexpr uint64_t kPartAlign = 64;      // header, slots, pool infos: cache lines
 constexpr uint64_t kRegionAlign = 4096;  // arenas and the ring: pages
 
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-void copy_name(char (&dst)[kNameBytes], const std::string& src) {
-  std::memset(dst, 0, sizeof(dst));
-  std::memcpy(dst, src.data(), std::min(src.size(), sizeof(dst) - 1));
-}
-
 Status outside(const std::string& what) {
   return Status(ErrorCode::kProtocolError, what + " lies outside the control segment");
-}
-
-// [offset, offset + bytes) within [0, size), without overflow.
-bool within(uint64_t offset, uint64_t bytes, uint64_t size) {
-  return offset <= size && bytes <= size - offset;
 }
 
 }  // namespace
@@ -90,7 +75,7 @@ Result<ControlWriter> ControlWriter::create(const std::string& instance, uint32_
   h->layout_minor = kLayoutMinor;
   h->header_bytes = sizeof(ControlHeader);
   h->daemon_pid = ::getpid();
-  h->start_time_ns = realtime_ns();
+  h->start_time_ns = now_ns(CLOCK_REALTIME);
   h->max_clients = max_clients;
   h->num_pools = static_cast<uint32_t>(l.arena_offset.size());
   h->slots_offset = l.slots_offset;

@@ -7,7 +7,7 @@
 // device_count() is 0. No CUDA header leaks out of here, so the daemon, libkvpool and the
 // tests compile the same in both builds.
 //
-// Storage of device pools (DESIGN.md §6): the daemon cudaMallocs one slab per pool
+// Storage of device pools (docs/design.md §6): the daemon cudaMallocs one slab per pool
 // (DeviceSlab) and exports it with cudaIpcGetMemHandle; a client opens that handle once
 // (DeviceMapping) and addresses blocks by offset from the base it gets. A legacy IPC handle
 // maps the whole allocation, so a slab is exactly one allocation. Memory from cuMemCreate

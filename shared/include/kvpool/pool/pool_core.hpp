@@ -1,4 +1,4 @@
-// The block pool: Dynamo 0.2.1 BlockPool semantics (DESIGN.md §1) over an Arena.
+// The block pool: Dynamo 0.2.1 BlockPool semantics (docs/design.md §1) over an Arena.
 //
 // - allocate(n): all or nothing; free FIFO first, then evict the inactive block with the
 //   lowest (priority, returned_tick, acquired_tick, sequence_hash).

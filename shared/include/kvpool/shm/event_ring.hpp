@@ -1,6 +1,6 @@
 // The event ring: every Stored / Removed / Cleared change of the registry, in the control
 // segment, so local tools (and the NATS forwarder, kvpool-events) tail it without asking the
-// daemon (DESIGN.md §7).
+// daemon (docs/design.md §7).
 //
 // One producer (the daemon's progress engine), any number of readers in other processes who
 // map the control segment read-only: a reader never writes anything, so the producer never

@@ -1,5 +1,5 @@
 // Futexes on 32-bit words in shared memory, and the doorbell protocol built on them
-// (DESIGN §4): the waiter spins briefly, then sleeps on the futex; the waker pays for a
+// (docs/design.md §4): the waiter spins briefly, then sleeps on the futex; the waker pays for a
 // system call only when the waiter says it sleeps.
 //
 // No process-shared condition variables: with glibc >= 2.25 a waiter killed at the wrong
@@ -40,7 +40,7 @@ void futex_wake_all(std::atomic<uint32_t>* word);
 //
 // `sleeping` holds the waiter's CPU tag (cpu_tag(): its CPU + 1, never 0) rather than a
 // plain 1, so that a waker learns where the thread it wakes will most likely run: kvpoold
-// gets out of the way at once of a client it wakes on its own core (DESIGN §4).
+// gets out of the way at once of a client it wakes on its own core (docs/design.md §4).
 struct Doorbell {
   std::atomic<uint32_t> seq;       // bumped by wakers; the futex word
   std::atomic<uint32_t> sleeping;  // nonzero (the waiter's CPU tag) while it may be asleep
@@ -85,7 +85,7 @@ enum class WaitResult {
   kTimedOut,  // futex_timeout passed and ready() is still false
 };
 
-// How long a waiter polls before it sleeps, and how (DESIGN §4). Polling is bounded in
+// How long a waiter polls before it sleeps, and how (docs/design.md §4). Polling is bounded in
 // time, not in passes: a pass costs 40 ns on an idle core and a whole time slice on a
 // shared one.
 //

@@ -1,6 +1,6 @@
 // The lease mutex: a POSIX robust, process-shared mutex that a client holds for as long as
 // it is attached, so that its death can be proven (EOWNERDEAD) and not only guessed
-// (DESIGN §5). A thin wrapper over pthreads because Boost 1.74's interprocess mutexes are
+// (docs/design.md §5). A thin wrapper over pthreads because Boost 1.74's interprocess mutexes are
 // not robust, and Boost 1.78+ leaves a dead owner's mutex permanently unusable.
 //
 // A robust mutex belongs to a *thread*, not a process: it is orphaned (EOWNERDEAD for the

@@ -1,4 +1,4 @@
-// Unix-domain SOCK_SEQPACKET helpers for the attach handshake (DESIGN §5): message
+// Unix-domain SOCK_SEQPACKET helpers for the attach handshake (docs/design.md §5): message
 // boundaries are kept, descriptors travel with SCM_RIGHTS, SO_PEERCRED names the peer, and
 // the socket reports hang-up the moment the peer process dies. Every descriptor is
 // close-on-exec, so a child a worker spawns cannot keep a connection (and so the peer's
