@@ -2,7 +2,6 @@
 //   kvpoold [--config FILE] [--instance NAME] [--runtime-dir DIR] [--log-level LEVEL]
 //           [--keep-cache] [--supervise [--supervise-hook CMD]]
 //   kvpoold --print-default-config | --version
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -13,10 +12,11 @@
 
 #include "daemon/config.hpp"
 #include "daemon/engine.hpp"
-#include "daemon/notify.hpp"
 #include "daemon/supervise.hpp"
 #include "kvpool/core/version.hpp"
-#include "service_log.hpp"
+#include "kvpool/service/log.hpp"
+#include "kvpool/service/notify.hpp"
+#include "kvpool/service/signals.hpp"
 
 namespace {
 
@@ -47,24 +47,20 @@ int serve(const kvpool::daemon::Config& config, bool keep_cache) {
   auto engine = Engine::create(config);
   if (!engine) {
     std::fprintf(stderr, "kvpoold: %s\n", engine.status().to_string().c_str());
-    notify_status("failed: " + engine.status().message());
+    kvpool::service::notify_status("failed: " + engine.status().message());
     return 1;
   }
   g_engine = engine->get();
   (*engine)->keep_cache_on_stop(keep_cache);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  kvpool::service::on_stop_signals(on_signal);
+  kvpool::service::ignore_sigpipe();
 
   EngineHooks hooks;
-  hooks.ready = [] { notify_ready(); };
-  hooks.watchdog = [] { notify_watchdog(); };
-  hooks.status = [](const std::string& s) { notify_status(s); };
+  hooks.ready = [] { kvpool::service::notify_ready(); };
+  hooks.watchdog = [] { kvpool::service::notify_watchdog(); };
+  hooks.status = [](const std::string& s) { kvpool::service::notify_status(s); };
   kvpool::Status st = (*engine)->run(hooks);
-  notify_stopping();
+  kvpool::service::notify_stopping();
   g_engine = nullptr;
   engine->reset();
   if (!st.is_ok()) {

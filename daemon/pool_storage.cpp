@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "daemon/notify.hpp"
 #include "kvpool/core/paths.hpp"
+#include "kvpool/service/notify.hpp"
 #include "kvpool/shm/protocol.hpp"
 
 namespace kvpool::daemon {
@@ -43,9 +43,9 @@ class PrefaultReporter {
                   pool_.name.c_str(), gib(done).c_str(), gib(total).c_str(),
                   100.0 * static_cast<double>(done) / static_cast<double>(total));
     spdlog::info("{}", line + 10);  // without "starting: "
-    notify_status(line);
+    service::notify_status(line);
     // Progress buys time: 30 s more from now, while each step takes well under a second.
-    if (done != total) notify_extend_timeout(30'000'000);
+    if (done != total) service::notify_extend_timeout(30'000'000);
   }
 
  private:

@@ -20,6 +20,8 @@
 #include <cstring>
 
 #include "daemon/fd_store.hpp"
+#include "kvpool/service/notify_socket.hpp"
+#include "kvpool/service/signals.hpp"
 #include "kvpool/shm/unique_fd.hpp"
 
 namespace kvpool::daemon {
@@ -110,44 +112,27 @@ void on_notify(NotifyMessage& m, pid_t child, std::vector<Stored>& store,
     std::erase_if(store, [&](const Stored& s) { return s.name == name; });
     return;
   }
-  if (upstream.empty()) return;
   // READY=1, STATUS=, STOPPING=1, WATCHDOG=1, EXTEND_TIMEOUT_USEC=: ours to pass on.
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (upstream.size() >= sizeof(addr.sun_path)) return;
-  std::memcpy(addr.sun_path, upstream.data(), upstream.size());
-  if (upstream[0] == '@') addr.sun_path[0] = '\0';
-  UniqueFd s(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (s)
-    (void)::sendto(s.get(), m.text.data(), m.text.size(), MSG_NOSIGNAL,
-                   reinterpret_cast<const sockaddr*>(&addr),
-                   static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + upstream.size()));
+  if (!upstream.empty()) (void)service::send_notify_datagram(upstream, m.text);
 }
 
 }  // namespace
 
 int run_supervisor(const std::vector<std::string>& child_args, const std::string& hook) {
-  const char* up = std::getenv("NOTIFY_SOCKET");
-  const std::string upstream = up != nullptr && (up[0] == '/' || up[0] == '@') ? up : "";
+  const std::string upstream = service::notify_socket();
   // Our notify socket, in the abstract namespace: no file to clean up after a kill -9.
   const std::string notify = "@kvpool-supervise-" + std::to_string(::getpid());
   UniqueFd sock(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, notify.data() + 1, notify.size() - 1);
+  socklen_t addr_len = 0;
   const int one = 1;
-  if (!sock ||
-      ::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr),
-             static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + notify.size())) != 0 ||
+  if (!sock || !service::notify_address(notify, &addr, &addr_len) ||
+      ::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
       ::setsockopt(sock.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
     say(std::string("cannot make its notify socket: ") + std::strerror(errno));
     return 1;
   }
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigprocmask(SIG_BLOCK, &sigs, nullptr);
+  const sigset_t sigs = service::block_stop_signals();
   UniqueFd sigfd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
 
   std::vector<Stored> store;

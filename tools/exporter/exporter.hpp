@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "http_server.hpp"
+#include "kvpool/service/http_server.hpp"
 
 namespace kvpool::exporter {
 

@@ -11,9 +11,10 @@
 #include <iostream>
 
 #include "exporter.hpp"
-#include "http_server.hpp"
 #include "kvpool/core/version.hpp"
-#include "service_log.hpp"
+#include "kvpool/service/http_server.hpp"
+#include "kvpool/service/log.hpp"
+#include "kvpool/service/signals.hpp"
 
 int main(int argc, char** argv) {
   using namespace kvpool::exporter;
@@ -44,12 +45,8 @@ int main(int argc, char** argv) {
   }
 
   // Block the stop signals before the server's thread starts, so only sigwait sees them.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t stop = kvpool::service::block_stop_signals();
+  kvpool::service::ignore_sigpipe();
 
   auto server = kvpool::http::HttpServer::start(
       listen, [&exporter](const std::string& path) { return exporter.handle(path); });

@@ -19,11 +19,12 @@
 #include "tools/kvpool-events/nats_output.hpp"
 #include "tools/kvpool-events/vllm_output.hpp"
 #ifdef KVPOOL_EVENTS_METRICS
-#include "http_server.hpp"
+#include "kvpool/service/http_server.hpp"
 #include "tools/kvpool-events/forwarder_metrics.hpp"
 #endif
 #include "kvpool/core/version.hpp"
-#include "service_log.hpp"
+#include "kvpool/service/log.hpp"
+#include "kvpool/service/signals.hpp"
 
 namespace {
 
@@ -185,12 +186,8 @@ int main(int argc, char** argv) {
     spdlog::info("metrics on http://{}/metrics", metrics_server->bound_address());
   }
 #endif
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  kvpool::service::on_stop_signals(on_signal);
+  kvpool::service::ignore_sigpipe();
   kvpool::Status st = forwarder.run();
   g_forwarder = nullptr;
   if (!st.is_ok()) {

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "control_view.hpp"
 #include "kvpool/core/clock.hpp"
+#include "kvpool/service/signals.hpp"
 
 namespace kvpool {
 namespace {
@@ -168,11 +169,7 @@ void run_top(const TopOptions& o) {
   ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   RawTerminal raw;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop;  // no SA_RESTART: poll() returns at once
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  service::on_stop_signals(on_stop);  // no SA_RESTART: poll() returns at once
 
   Sample prev = take(v);
   bool first = true;

@@ -1,4 +1,4 @@
-#include "http_server.hpp"
+#include "kvpool/service/http_server.hpp"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>

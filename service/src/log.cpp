@@ -1,4 +1,4 @@
-#include "service_log.hpp"
+#include "kvpool/service/log.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

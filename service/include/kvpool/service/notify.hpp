@@ -1,12 +1,12 @@
-// systemd's sd_notify protocol (Type=notify, WatchdogSec=). No-ops when not under systemd
-// (NOTIFY_SOCKET unset). Uses libsystemd when built with it, else speaks the protocol
-// itself. Called from the progress-engine thread (and main) only.
+// systemd's sd_notify messages (Type=notify, WatchdogSec=, STATUS=). No-ops when not under a
+// supervisor ($NOTIFY_SOCKET unset). Uses libsystemd when built with it, else speaks the
+// protocol itself (notify_socket.hpp). Called from one thread at a time.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace kvpool::daemon {
+namespace kvpool::service {
 
 void notify_ready();
 void notify_stopping();
@@ -16,4 +16,4 @@ void notify_status(const std::string& status);
 // pre-faulted must not run into TimeoutStartSec= while it makes progress).
 void notify_extend_timeout(uint64_t usec);
 
-}  // namespace kvpool::daemon
+}  // namespace kvpool::service

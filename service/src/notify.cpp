@@ -1,43 +1,25 @@
-#include "daemon/notify.hpp"
+#include "kvpool/service/notify.hpp"
 
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstddef>
-#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #ifdef KVPOOL_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
 
 #include "kvpool/core/clock.hpp"
+#include "kvpool/service/notify_socket.hpp"
 
-namespace kvpool::daemon {
+namespace kvpool::service {
 namespace {
 
-// One notification: libsystemd's sd_notify when built with it, else the protocol itself
-// (one datagram to $NOTIFY_SOCKET: a path, or '@name' in the abstract namespace).
+// One notification: libsystemd's sd_notify when built with it, else the protocol itself.
 void send_notify(const std::string& message) {
 #ifdef KVPOOL_HAVE_SYSTEMD
   sd_notify(0, message.c_str());
 #else
-  const char* path = std::getenv("NOTIFY_SOCKET");
-  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  size_t len = std::strlen(path);
-  if (len >= sizeof(addr.sun_path)) return;
-  std::memcpy(addr.sun_path, path, len);
-  if (path[0] == '@') addr.sun_path[0] = '\0';
-  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  (void)::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL,
-                 reinterpret_cast<const sockaddr*>(&addr),
-                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
-  ::close(fd);
+  (void)send_notify_datagram(notify_socket(), message);
 #endif
 }
 
@@ -62,8 +44,8 @@ void notify_extend_timeout(uint64_t usec) {
   send_notify("EXTEND_TIMEOUT_USEC=" + std::to_string(usec));
 }
 
-// The engine calls this every ~50 ms while its loop runs. systemd wants a ping at least
-// every half WatchdogSec=; one every quarter leaves room for a slow loop. Without a
+// kvpoold's engine calls this every ~50 ms while its loop runs. systemd wants a ping at
+// least every half WatchdogSec=; one every quarter leaves room for a slow loop. Without a
 // watchdog the ping goes out once a second (harmless, and shows the loop is alive).
 void notify_watchdog() {
   static const uint64_t period_ns = [] {
@@ -77,4 +59,4 @@ void notify_watchdog() {
   send_notify("WATCHDOG=1");
 }
 
-}  // namespace kvpool::daemon
+}  // namespace kvpool::service
