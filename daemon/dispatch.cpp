@@ -174,6 +174,19 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
       }
       break;
     }
+    case proto::Opcode::kLookup: {
+      auto m = core->lookup(owner, items_as(items, rq.count, hashes_), refs_out);
+      if (m) {
+        *count_out = rq.count;  // one answer per hash, misses included
+      } else {
+        st = m.status();
+      }
+      break;
+    }
+    case proto::Opcode::kRemove:
+      st = core->remove(owner, items_as(items, rq.count, refs_), refs_out);
+      if (st.is_ok()) *count_out = rq.count;
+      break;
     case proto::Opcode::kReleaseMutable:
     case proto::Opcode::kReleaseImmutable: {
       // Fire and forget: a bad handle is counted in the pool's rejected_handles and in

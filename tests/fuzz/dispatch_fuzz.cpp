@@ -209,6 +209,10 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
   for (uint32_t i = 0; i < rh.count; ++i) {
     pool::BlockRef ref;
     std::memcpy(&ref, answer.data() + sizeof(rh) + i * sizeof(ref), sizeof(ref));
+    // kLookup's misses and kRemove's no-ops name no block.
+    if ((op == proto::Opcode::kLookup || op == proto::Opcode::kRemove) &&
+        ref.id == proto::kNoBlock)
+      continue;
     const pool::PoolCore& core = r.cores[rq.pool];
     if (ref.id >= core.num_blocks()) die("answered block id out of range", ref.id);
     const pool::BlockMeta& m = core.block(ref.id);
@@ -220,7 +224,7 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
     } else if (st != pool::BlockStateCode::kActive || core.holds_of(owner, ref.id) == 0) {
       die("registered/matched block not held", ref.id, m.state);
     }
-    remember_ref(r, ref);
+    if (op != proto::Opcode::kRemove) remember_ref(r, ref);  // a remove takes no reference
   }
 }
 

@@ -184,6 +184,7 @@ class Pool {
 
  private:
   friend class Client;
+  friend class BatchStore;
   friend Status copy_blocks(const Pool&, std::span<const uint32_t>, const Pool&,
                             std::span<const uint32_t>, void*);
   Pool(std::shared_ptr<detail::ClientImpl> c, uint32_t index)

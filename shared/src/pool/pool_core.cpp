@@ -2,6 +2,7 @@
 
 #include "kvpool/core/checksum.hpp"
 #include "kvpool/core/counter.hpp"
+#include "write_section.hpp"
 
 #include <bit>
 #include <cstring>
@@ -17,23 +18,6 @@ namespace {
 constexpr uint32_t kMaxLevels = 65536;
 
 constexpr uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
-
-// The writer's side of PoolStats::write_seq: odd for the duration of one mutating call.
-class WriteSection {
- public:
-  explicit WriteSection(std::atomic<uint32_t>& seq) : seq_(seq) {
-    seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-  }
-  ~WriteSection() {
-    seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  }
-  WriteSection(const WriteSection&) = delete;
-  WriteSection& operator=(const WriteSection&) = delete;
-
- private:
-  std::atomic<uint32_t>& seq_;
-};
 
 struct Offsets {
   uint32_t table_capacity, hold_table_capacity, max_holds, max_levels, level_table_capacity;

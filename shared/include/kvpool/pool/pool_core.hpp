@@ -118,6 +118,15 @@ class PoolCore {
   // Longest known prefix of `hashes`; out[0..result) get one reference each.
   Result<uint32_t> match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out);
 
+  // ---- opaque keys (pool_keyed.cpp) ----
+  // Per hash, no prefix stop: out[i] gets the block holding hashes[i] (one reference) or
+  // {kNoBlock, 0} when none does. Quotas as match. Returns the hits.
+  Result<uint32_t> lookup(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out);
+  // Takes each of `refs` (immutable blocks `owner` holds) out of the registry, as an
+  // eviction: Removed event now, the block free at its last release. out[i] is refs[i], or
+  // {kNoBlock, 0} when it had left the registry already. Every handle is checked first.
+  Status remove(uint32_t owner, std::span<const BlockRef> refs, BlockRef* out);
+
   // Returns mutable blocks to the free FIFO. Invalid handles are skipped and counted; the
   // first error is returned after the valid ones are applied.
   // `rejected` (optional) is increased by the number of refused handles.

@@ -105,8 +105,20 @@ enum class Opcode : uint32_t {
   // payload: one RegisterTokensHeader, count RegisterItem, then count * tokens_per_block u32
   // token ids (item i's at i * tokens_per_block). Answer: as kRegister.
   kRegisterTokens = 10,
+  // Opaque keys (libclient's BatchStore, DESIGN.md §6b): a key's block is found by a 64-bit
+  // index hash, and the key itself is checked in the block by the client.
+  // kLookup: payload count u64 sequence hashes. Answer: count BlockRefs, one per hash in
+  // order; a hit takes a reference (as kMatch), a miss is {kNoBlock, 0}. No prefix stop.
+  kLookup = 11,
+  // kRemove: payload count BlockRefs of immutable blocks the caller holds. Each still
+  // registered leaves the registry (a Removed event; freed at its last release). Answer:
+  // count BlockRefs, the block where it was removed, {kNoBlock, 0} where it was no longer
+  // registered. Any client of a pool may remove what it can match (one trust domain).
+  kRemove = 12,
 };
-inline constexpr uint32_t kMaxOpcode = 10;
+inline constexpr uint32_t kMaxOpcode = 12;
+// A kLookup miss and a kRemove no-op in an answer.
+inline constexpr uint32_t kNoBlock = 0xFFFFFFFFu;
 
 inline bool opcode_answers(Opcode op) {
   return op != Opcode::kReleaseMutable && op != Opcode::kReleaseImmutable;
@@ -269,10 +281,12 @@ inline uint64_t request_item_bytes(Opcode op) {
     case Opcode::kRegister:
       return sizeof(RegisterItem);
     case Opcode::kMatch:
+    case Opcode::kLookup:
       return sizeof(uint64_t);
     case Opcode::kReleaseMutable:
     case Opcode::kReleaseImmutable:
     case Opcode::kVerify:
+    case Opcode::kRemove:
       return sizeof(BlockRef);
     case Opcode::kScrub:
       return sizeof(ScrubRequest);
