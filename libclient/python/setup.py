@@ -58,7 +58,8 @@ includes, libdir = kvpool_paths()
 have_dlpack = os.path.exists("/usr/include/dlpack/dlpack.h")
 ext = Extension(
     "kvpool._kvpool",
-    sources=[os.path.join("src", f) for f in ("module.cpp", "blocks.cpp", "errors.cpp", "dlpack.cpp")],
+    sources=[os.path.join("src", f) for f in ("module.cpp", "blocks.cpp", "errors.cpp", "dlpack.cpp",
+                                              "batch_store.cpp")],
     include_dirs=includes,
     library_dirs=[libdir],
     libraries=["kvpool"],
@@ -73,7 +74,7 @@ setup(
     version="0.1.0",
     description="Python client of kvpoold, the host-local KV-cache block manager",
     python_requires=">=3.9",
-    packages=["kvpool"],
+    packages=["kvpool", "kvpool.integrations"],
     package_data={"kvpool": ["__init__.pyi", "py.typed"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithLibkvpool},

@@ -15,7 +15,7 @@ mkdir -p "$out/kvpool"
 cc=${CXX:-c++}
 command -v ccache >/dev/null 2>&1 && cc="ccache $cc"
 objs=""
-for f in module blocks errors dlpack; do
+for f in module blocks errors dlpack batch_store; do
   $cc -std=c++20 -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror $dl -I"$inc" \
     -I"$src/libclient/include" -I"$src/shared/include" -c "$src/libclient/python/src/$f.cpp" \
     -o "$out/$f.o"
@@ -27,4 +27,6 @@ rm -f $objs
 cp "$(readlink -f "$build/libclient/libkvpool.so.0")" "$out/kvpool/libkvpool.so.0"
 cp "$src/libclient/python/kvpool/__init__.py" "$src/libclient/python/kvpool/__init__.pyi" \
   "$src/libclient/python/kvpool/py.typed" "$out/kvpool/"
+mkdir -p "$out/kvpool/integrations"
+cp "$src"/libclient/python/kvpool/integrations/*.py "$out/kvpool/integrations/"
 echo "build_for: $("$py" -c 'import platform; print(platform.python_version())') -> $out/kvpool/_kvpool$suffix"

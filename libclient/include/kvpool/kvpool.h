@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define KVPOOL_ABI_VERSION_MAJOR 1
-#define KVPOOL_ABI_VERSION_MINOR 1
+#define KVPOOL_ABI_VERSION_MINOR 2
 /* (major << 16) | minor: compare with kvpool_abi_version() at run time. */
 #define KVPOOL_ABI_VERSION ((KVPOOL_ABI_VERSION_MAJOR << 16) | KVPOOL_ABI_VERSION_MINOR)
 
@@ -352,6 +352,79 @@ KVPOOL_API uint32_t kvpool_immutable_block_id(const kvpool_immutable_block* bloc
 KVPOOL_API kvpool_error_code kvpool_immutable_block_address(const kvpool_immutable_block* block,
                                                             uint32_t layer, uint32_t outer,
                                                             const void** out);
+
+/* ---- Batch store: opaque keys, asynchronous batches (since ABI 1.2) ------------------ */
+/* The C form of kvpool::BatchStore (kvpool/batch_store.hpp, docs/batch-store.md): byte-string
+ * keys over one FullyContiguous host pool; submit a batch, wait on one eventfd, take the
+ * completions. Copies run in this process (a worker thread of the store). */
+
+typedef struct kvpool_batch_store kvpool_batch_store;
+typedef struct kvpool_batch_completion kvpool_batch_completion;
+
+typedef enum kvpool_batch_op {
+  KVPOOL_BATCH_EXISTS = 0,
+  KVPOOL_BATCH_GET = 1,          /* copy values out into the buffers */
+  KVPOOL_BATCH_SET = 2,          /* copy the buffers in (a stored key keeps its value) */
+  KVPOOL_BATCH_DELETE = 3,
+  KVPOOL_BATCH_EXISTS_PREFIX = 4 /* kvpool_batch_completion_prefix: stored keys from the first */
+} kvpool_batch_op;
+
+/* Per key (kvpool_batch_completion_results). */
+typedef enum kvpool_key_result {
+  KVPOOL_KEY_MISS = 0,
+  KVPOOL_KEY_OK = 1,
+  KVPOOL_KEY_TOO_LARGE = 2, /* value above the capacity, or a get buffer too short */
+  KVPOOL_KEY_FAILED = 3     /* the batch failed first (kvpool_batch_completion_status) */
+} kvpool_key_result;
+
+typedef struct kvpool_batch_store_options {
+  uint32_t struct_size;          /* sizeof(kvpool_batch_store_options) */
+  uint32_t max_key_bytes;        /* default 448 */
+  const char* key_namespace;     /* bytes; NULL: none */
+  size_t key_namespace_len;
+  uint32_t priority;             /* eviction priority of stored blocks; default 0 */
+  uint32_t keys_per_request;     /* default 128 */
+  uint32_t index_bits;           /* 64; fewer only in tests (forces index collisions) */
+} kvpool_batch_store_options;
+
+KVPOOL_API void kvpool_batch_store_options_init(kvpool_batch_store_options* options);
+/* Opens a store over `pool` of `client` (options NULL: the defaults). */
+KVPOOL_API kvpool_error_code kvpool_batch_store_open(const kvpool_client* client,
+                                                     const char* pool,
+                                                     const kvpool_batch_store_options* options,
+                                                     kvpool_batch_store** out);
+/* Closes (queued batches complete with KVPOOL_ERR_INVALID_STATE), waits for the batch in
+ * progress, frees. Completions not taken are dropped. */
+KVPOOL_API void kvpool_batch_store_release(kvpool_batch_store* store);
+/* Readable while completions wait (nonblocking eventfd; kvpool_batch_store_next resets it). */
+KVPOOL_API int kvpool_batch_store_event_fd(const kvpool_batch_store* store);
+KVPOOL_API uint64_t kvpool_batch_store_value_capacity(const kvpool_batch_store* store);
+/* Queues a batch of `count` keys (copied). GET and SET take one buffer per key (buffers and
+ * buffer_sizes; they must stay valid until the completion is taken), the others none (NULL). */
+KVPOOL_API kvpool_error_code kvpool_batch_store_submit(kvpool_batch_store* store,
+                                                       kvpool_batch_op op, size_t count,
+                                                       const void* const* keys,
+                                                       const size_t* key_sizes,
+                                                       void* const* buffers,
+                                                       const size_t* buffer_sizes,
+                                                       uint64_t* id_out);
+/* The next completion ready now (in the order batches ran), or NULL when none is. */
+KVPOOL_API kvpool_batch_completion* kvpool_batch_store_next(kvpool_batch_store* store);
+/* Waits up to timeout_ms for batch `id` alone; KVPOOL_ERR_TIMEOUT when it is not done. */
+KVPOOL_API kvpool_error_code kvpool_batch_store_wait(kvpool_batch_store* store, uint64_t id,
+                                                     uint32_t timeout_ms,
+                                                     kvpool_batch_completion** out);
+KVPOOL_API uint64_t kvpool_batch_completion_id(const kvpool_batch_completion* c);
+/* KVPOOL_OK, or why the batch stopped (its message: kvpool_batch_completion_message). */
+KVPOOL_API kvpool_error_code kvpool_batch_completion_status(const kvpool_batch_completion* c);
+KVPOOL_API const char* kvpool_batch_completion_message(const kvpool_batch_completion* c);
+KVPOOL_API size_t kvpool_batch_completion_count(const kvpool_batch_completion* c);
+/* count kvpool_key_result bytes, one per key. */
+KVPOOL_API const uint8_t* kvpool_batch_completion_results(const kvpool_batch_completion* c);
+/* GET: count byte counts copied (0 for a miss); NULL for other ops. */
+KVPOOL_API const uint64_t* kvpool_batch_completion_value_sizes(const kvpool_batch_completion* c);
+KVPOOL_API uint32_t kvpool_batch_completion_prefix(const kvpool_batch_completion* c);
+KVPOOL_API void kvpool_batch_completion_release(kvpool_batch_completion* c);
 
 /* ---- Hashing (Dynamo-compatible; no daemon needed) ----------------------------------- */
 

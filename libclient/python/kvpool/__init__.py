@@ -20,6 +20,9 @@ import threading as _threading
 from ._kvpool import (  # noqa: F401
     __git_commit__,
     __version__,
+    BatchCompletion,
+    BatchStore,
+    batch_store_block_bytes,
     BlockEmpty,
     BlockFull,
     Client,
@@ -102,5 +105,5 @@ __all__ = [
     "IoError", "MutableBlock", "NotEnoughBlocks", "NotFound", "PermissionDenied", "Pool",
     "ProtocolError", "QuotaExceeded", "DaemonUnresponsive", "ChecksumMismatch",
     "ResourceExhausted", "Timeout", "Unsupported", "VersionMismatch",
-    "hash_tokens",
+    "hash_tokens", "BatchStore", "BatchCompletion", "batch_store_block_bytes",
 ]

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_store.hpp"
 #include "blocks.hpp"
 #include "dlpack.hpp"
 #include "errors.hpp"
@@ -309,6 +310,8 @@ PYBIND11_MODULE(_kvpool, m) {
       .def_property_readonly("slot", &Client::slot)
       .def("__repr__",
            [](const Client& c) { return "<kvpool.Client slot=" + std::to_string(c.slot()) + ">"; });
+
+  bind_batch_store(m);
 
   m.def("hash_tokens", &hash_tokens, py::arg("tokens"), py::arg("page_size"), py::arg("salt") = 0,
         "(block_hashes, sequence_hashes) of the full blocks of `tokens` (Dynamo-compatible; a\n"

@@ -59,6 +59,13 @@ pub struct Client {
 }
 
 impl Client {
+    /// The C handle, for the crate's other wrappers (the BatchStore).
+    pub(crate) fn raw(&self) -> *mut ffi::kvpool_client {
+        self.inner.0
+    }
+}
+
+impl Client {
     /// Attaches to kvpoold `instance` with the default options.
     pub fn connect(instance: &str) -> Result<Client> {
         Client::connect_with(instance, &ConnectOptions::default())

@@ -33,6 +33,26 @@ pub struct kvpool_immutable_batch {
     _private: [u8; 0],
 }
 
+/// Since ABI 1.2.
+#[repr(C)]
+pub struct kvpool_batch_store {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_batch_completion {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct kvpool_batch_store_options {
+    pub struct_size: u32,
+    pub max_key_bytes: u32,
+    pub key_namespace: *const c_char,
+    pub key_namespace_len: usize,
+    pub priority: u32,
+    pub keys_per_request: u32,
+    pub index_bits: u32,
+}
+
 #[repr(C)]
 pub struct kvpool_connect_options {
     pub struct_size: u32,
@@ -237,6 +257,43 @@ extern "C" {
         outer: u32,
         out: *mut *const c_void,
     ) -> kvpool_error_code;
+
+    // Batch store (since ABI 1.2).
+    pub fn kvpool_batch_store_options_init(options: *mut kvpool_batch_store_options);
+    pub fn kvpool_batch_store_open(
+        client: *const kvpool_client,
+        pool: *const c_char,
+        options: *const kvpool_batch_store_options,
+        out: *mut *mut kvpool_batch_store,
+    ) -> kvpool_error_code;
+    pub fn kvpool_batch_store_release(store: *mut kvpool_batch_store);
+    pub fn kvpool_batch_store_event_fd(store: *const kvpool_batch_store) -> c_int;
+    pub fn kvpool_batch_store_value_capacity(store: *const kvpool_batch_store) -> u64;
+    pub fn kvpool_batch_store_submit(
+        store: *mut kvpool_batch_store,
+        op: c_int,
+        count: usize,
+        keys: *const *const c_void,
+        key_sizes: *const usize,
+        buffers: *const *mut c_void,
+        buffer_sizes: *const usize,
+        id_out: *mut u64,
+    ) -> kvpool_error_code;
+    pub fn kvpool_batch_store_next(store: *mut kvpool_batch_store) -> *mut kvpool_batch_completion;
+    pub fn kvpool_batch_store_wait(
+        store: *mut kvpool_batch_store,
+        id: u64,
+        timeout_ms: u32,
+        out: *mut *mut kvpool_batch_completion,
+    ) -> kvpool_error_code;
+    pub fn kvpool_batch_completion_id(c: *const kvpool_batch_completion) -> u64;
+    pub fn kvpool_batch_completion_status(c: *const kvpool_batch_completion) -> kvpool_error_code;
+    pub fn kvpool_batch_completion_message(c: *const kvpool_batch_completion) -> *const c_char;
+    pub fn kvpool_batch_completion_count(c: *const kvpool_batch_completion) -> usize;
+    pub fn kvpool_batch_completion_results(c: *const kvpool_batch_completion) -> *const u8;
+    pub fn kvpool_batch_completion_value_sizes(c: *const kvpool_batch_completion) -> *const u64;
+    pub fn kvpool_batch_completion_prefix(c: *const kvpool_batch_completion) -> u32;
+    pub fn kvpool_batch_completion_release(c: *mut kvpool_batch_completion);
 
     pub fn kvpool_block_hash(tokens: *const u32, count: usize, salt: u64) -> u64;
     pub fn kvpool_sequence_hash(has_parent: c_int, parent: u64, block_hash: u64, salt: u64) -> u64;

@@ -23,6 +23,7 @@
 //! code. Dropping a block releases it (batched and sent without waiting, as in C++).
 //! Built over libkvpool_c (`kvpool.h`), std only.
 
+mod batch_store;
 mod block;
 mod client;
 mod error;
@@ -30,6 +31,9 @@ mod ffi;
 mod future;
 mod hash;
 
+pub use batch_store::{
+    BatchCompletion, BatchOp, BatchStore, BatchStoreOptions, KeyResult,
+};
 pub use block::{BlockState, ImmutableBlock, MutableBlock};
 pub use client::{
     Client, ConnectOptions, DType, Layout, LayoutKind, Pool, PoolCounts, RegisterOptions, Storage,

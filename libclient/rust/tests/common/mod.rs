@@ -24,6 +24,16 @@ pub struct Daemon {
 impl Daemon {
     /// kvpoold with one host pool "g" of `blocks` blocks, page size 4 (Dynamo's test layout).
     pub fn start(blocks: u32) -> Daemon {
+        Daemon::start_pools(&format!(
+            r#"[{{"name": "g", "num_blocks": {}, "layout":
+               {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
+                 "alignment": 64}}}}]"#,
+            blocks
+        ))
+    }
+
+    /// kvpoold with the pools of `pools` (a JSON array of pool objects).
+    pub fn start_pools(pools: &str) -> Daemon {
         let kvpoold =
             std::env::var("KVPOOLD").expect("$KVPOOLD must name the kvpoold binary (ctest sets it)");
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
@@ -33,12 +43,10 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let config = format!(
             r#"{{"instance": "{}", "runtime_dir": "{}", "max_clients": 16, "poll_us": 20,
-               "log_level": "warn", "pools": [{{"name": "g", "num_blocks": {}, "layout":
-               {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
-                 "alignment": 64}}}}]}}"#,
+               "log_level": "warn", "pools": {}}}"#,
             instance,
             dir.display(),
-            blocks
+            pools
         );
         let config_path = dir.join("kvpoold.json");
         std::fs::write(&config_path, config).unwrap();
