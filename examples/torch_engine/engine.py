@@ -9,8 +9,14 @@ next engine process that sees the prefix skips it too.
 Pool layout the engine needs: num_layers = model layers, outer_dim = 2 (K, V), inner_dim =
 d_model, dtype_bytes = 4 (fp32); page_size is the block size in tokens.
 
+With --batch-store the engine keeps its KV through kvpool.BatchStore instead (opaque keys,
+copies: docs/batch-store.md): a block's key is its 8-byte sequence hash, its value the block's
+K/V as float32 [layers, 2, page, d_model]; the prefix is found with exists_prefix, copied out
+with get, and new blocks are copied in with set. The pool is then a byte pool whose blocks hold
+that value (inner_dim = kvpool.batch_store_block_bytes(448, value_bytes)).
+
 Run as a server (what the tests do): one JSON request per stdin line, one answer per line.
-    python3 engine.py --instance I --runtime-dir D --pool kv
+    python3 engine.py --instance I --runtime-dir D --pool kv [--batch-store]
     {"op": "serve", "tokens": [...], "hold": false}  -> {"reused": .., "computed": .., "stored": .., "logits": [[..]..]}
     {"op": "prefill_and_stall", "tokens": [...]}      -> allocates and half-fills blocks, answers, then waits (to be killed)
     {"op": "release"}                                  -> drops what "hold" kept
@@ -120,6 +126,57 @@ class Engine:
         self.held = []
 
 
+class BatchStoreEngine:
+    """The same engine over kvpool.BatchStore: K/V copied in and out by key."""
+
+    def __init__(self, client, pool_name, model, salt=0, page=16):
+        self.store = kvpool.BatchStore(client, pool_name)
+        self.model, self.salt, self.page = model, salt, page
+        self.value_shape = (model.layers, 2, page, model.d)
+        nbytes = int(np.prod(self.value_shape)) * 4
+        if self.store.value_capacity < nbytes:
+            raise ValueError(f"pool '{pool_name}' holds values of {self.store.value_capacity} "
+                             f"bytes; a block of this model needs {nbytes}")
+        self.tokens_computed = 0
+
+    def _run(self, op, keys, buffers=None):
+        done = self.store.wait(self.store.submit(op, keys, buffers))
+        if not done.ok:
+            raise RuntimeError(f"batch store {op}: {done.message}")
+        return done
+
+    def serve(self, tokens, hold=False):
+        page, n = self.page, len(tokens)
+        _, seq_hashes = kvpool.hash_tokens(tokens, page, self.salt)
+        keys = [h.to_bytes(8, "little") for h in seq_hashes]
+        hit = self._run("exists_prefix", keys).prefix if keys else 0
+        use = min(hit, (n - 1) // page)
+        past = None
+        if use:
+            blocks = [torch.empty(self.value_shape, dtype=torch.float32) for _ in range(use)]
+            got = self._run("get", keys[:use], [b.numpy() for b in blocks])
+            # Evicted between the two calls: use the prefix that came back.
+            use = got.hits.index(False) if False in got.hits else use
+            blocks = blocks[:use]
+        if use:
+            past = [(torch.cat([b[layer, 0] for b in blocks]), torch.cat([b[layer, 1] for b in blocks]))
+                    for layer in range(self.model.layers)]
+        start = use * page
+        logits, new_kv = self.model.forward(tokens[start:], start, past)
+        self.tokens_computed += n - start
+        todo = range(hit, len(seq_hashes))
+        values = []
+        for i in todo:
+            lo, hi = i * page - start, (i + 1) * page - start
+            values.append(torch.stack([torch.stack([k[lo:hi], v[lo:hi]]) for k, v in new_kv])
+                          .contiguous().numpy())
+        stored = sum(self._run("set", [keys[i] for i in todo], values).hits) if values else 0
+        return {"reused": start, "computed": n - start, "stored": stored, "logits": logits}
+
+    def release(self):
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instance", default=os.environ.get("KVPOOL_INSTANCE", "default"))
@@ -129,11 +186,17 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--page", type=int, default=16, help="tokens per block (--batch-store)")
+    ap.add_argument("--batch-store", action="store_true",
+                    help="keep K/V through kvpool.BatchStore (opaque keys, copies)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # deterministic kernels: cached and recomputed logits agree bit for bit
     model = TinyDecoder(d_model=args.d_model, heads=args.heads, layers=args.layers, seed=args.seed)
     client = kvpool.Client.connect(args.instance, runtime_dir=args.runtime_dir, connect_timeout=10.0)
-    engine = Engine(client.pool(args.pool), model)
+    if args.batch_store:
+        engine = BatchStoreEngine(client, args.pool, model, page=args.page)
+    else:
+        engine = Engine(client.pool(args.pool), model)
     stalled = None
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:

@@ -38,11 +38,11 @@ def kv_pool(blocks=128):
 class EngineProcess:
     """engine.py as a child process: JSON lines in, JSON lines out, every read bounded."""
 
-    def __init__(self, daemon):
+    def __init__(self, daemon, *extra):
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "engine.py"), "--instance", daemon.instance,
              "--runtime-dir", daemon.runtime_dir, "--pool", "kv", "--layers", str(LAYERS),
-             "--d-model", str(D_MODEL), "--heads", str(HEADS)],
+             "--d-model", str(D_MODEL), "--heads", str(HEADS), *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -167,3 +167,35 @@ def test_killed_engine_is_reclaimed_and_survivor_stays_right(daemon_factory):
             victim.proc.kill()
     pool = d.pool_status("kv")
     assert pool["active_blocks"] == 0 and pool["mutable_blocks"] == 0
+
+
+def byte_pool(blocks=64):
+    import kvpool
+    value = LAYERS * 2 * PAGE * D_MODEL * 4
+    return {"name": "kv", "num_blocks": blocks,
+            "layout": {"num_layers": 1, "outer_dim": 1, "page_size": 1,
+                       "inner_dim": kvpool.batch_store_block_bytes(448, value),
+                       "dtype_bytes": 1, "alignment": 64}}
+
+
+def test_batch_store_mode_reuses_prefix_with_exact_logits(daemon_factory):
+    """The engine over kvpool.BatchStore (opaque keys, K/V copied in and out): a second
+    engine process reuses the first one's prefix and its logits equal a full recompute."""
+    d = daemon_factory(pools=[byte_pool()])
+    a, b = EngineProcess(d, "--batch-store"), EngineProcess(d, "--batch-store")
+    try:
+        p1 = prompt(1, 5, 1, 21)
+        r1 = a.serve(p1)
+        assert (r1["reused"], r1["computed"], r1["stored"]) == (0, len(p1), 6)
+        assert_logits_equal(r1["logits"], p1, 0)
+        p2 = prompt(1, 5, 2, 30)
+        r2 = b.serve(p2)
+        assert r2["reused"] == 5 * PAGE and r2["tokens_computed_total"] == len(p2) - 5 * PAGE
+        assert r2["stored"] == 1
+        assert_logits_equal(r2["logits"], p2, 5 * PAGE)
+        r3 = a.serve(p2[: 6 * PAGE] + [7])
+        assert (r3["reused"], r3["computed"]) == (6 * PAGE, 1)
+        assert_logits_equal(r3["logits"], p2[: 6 * PAGE] + [7], 6 * PAGE)
+    finally:
+        a.close()
+        b.close()

@@ -81,8 +81,8 @@ class BatchStoreImpl {
                           std::span<const IoBuffer> buffers) {
     const bool data = op == BatchOp::kGet || op == BatchOp::kSet;
     if (static_cast<uint32_t>(op) > static_cast<uint32_t>(BatchOp::kExistsPrefix))
-      return Status(ErrorCode::kInvalidArgument, "unknown batch op " +
-                                                     std::to_string(static_cast<uint32_t>(op)));
+      return Status(ErrorCode::kInvalidArgument,
+                    "unknown batch op " + std::to_string(static_cast<uint32_t>(op)));
     if (data ? buffers.size() != keys.size() : !buffers.empty())
       return Status(ErrorCode::kInvalidArgument,
                     std::to_string(buffers.size()) + " buffers for " + std::to_string(keys.size()) +
@@ -148,6 +148,14 @@ class BatchStoreImpl {
     auto it = found();
     BatchCompletion c = std::move(*it);
     done_.erase(it);
+    // Nothing left for drain(): reset event_fd, so that a caller mixing wait() and polling
+    // does not wake for completions already taken. (A completion posted meanwhile writes the
+    // eventfd after it is queued, so it still wakes the poller.)
+    if (done_.empty()) {
+      uint64_t v;
+      while (::read(efd_, &v, sizeof(v)) < 0 && errno == EINTR) {
+      }
+    }
     return c;
   }
 
@@ -260,8 +268,8 @@ class BatchStoreImpl {
 
   // kLookup (or kMatch) of the chunk's hashes; the hits are ours (took) under *inc.
   Result<Response> find(Opcode op, size_t n, uint32_t* inc) {
-    auto call = client_->send(op, pool_, static_cast<uint32_t>(n), hashes_.data(),
-                              n * sizeof(uint64_t));
+    auto call =
+        client_->send(op, pool_, static_cast<uint32_t>(n), hashes_.data(), n * sizeof(uint64_t));
     if (!call) return call.status();
     auto r = call->conn->wait(call->corr);
     if (!r) return r.status();
@@ -299,8 +307,8 @@ class BatchStoreImpl {
     if (!r) return r.status();
     if (r->refs.size() != n)
       return Status(ErrorCode::kProtocolError, "lookup answer of " +
-                                                   std::to_string(r->refs.size()) +
-                                                   " blocks for " + std::to_string(n) + " keys");
+                                                   std::to_string(r->refs.size()) + " blocks for " +
+                                                   std::to_string(n) + " keys");
     refs_.clear();  // kDelete: the blocks to remove
     for (size_t i = 0; i < n; ++i) {
       const pool::BlockRef ref = r->refs[i];
@@ -519,8 +527,9 @@ Result<BatchStore> BatchStore::open(const Client& client, std::string_view pool,
                   "pool '" + name + "' is a device pool: a batch store copies through a host pool");
   if (view.layout.config().kind != LayoutKind::kFullyContiguous)
     return Status(ErrorCode::kUnsupported,
-                  "pool '" + name + "' is LayerSeparate: a batch store needs each block's bytes "
-                  "in one piece (layout kind FullyContiguous)");
+                  "pool '" + name +
+                      "' is LayerSeparate: a batch store needs each block's bytes "
+                      "in one piece (layout kind FullyContiguous)");
   if (options.index_bits == 0 || options.index_bits > 64)
     return Status(ErrorCode::kInvalidArgument,
                   "index_bits is " + std::to_string(options.index_bits) + ", must be 1..64");
@@ -536,10 +545,9 @@ Result<BatchStore> BatchStore::open(const Client& client, std::string_view pool,
                       " bytes and its header leave no room for a value (lower max_key_bytes "
                       "or give the pool larger blocks)");
   const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (efd < 0)
-    return Status(ErrorCode::kIoError, std::string("eventfd: ") + std::strerror(errno));
-  return BatchStore(std::make_unique<detail::BatchStoreImpl>(p->client_, p->index_, name, block,
-                                                             options, efd));
+  if (efd < 0) return Status(ErrorCode::kIoError, std::string("eventfd: ") + std::strerror(errno));
+  return BatchStore(
+      std::make_unique<detail::BatchStoreImpl>(p->client_, p->index_, name, block, options, efd));
 }
 
 BatchStore::BatchStore(std::unique_ptr<detail::BatchStoreImpl> impl) : impl_(std::move(impl)) {}

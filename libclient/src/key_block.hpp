@@ -22,7 +22,7 @@ struct KeyBlockHeader {
   uint32_t key_bytes;     // of the namespaced key that follows the header
   uint32_t value_offset;  // from the block's start; a multiple of 64
   uint64_t value_bytes;
-  uint64_t index_hash;    // what the block is registered under
+  uint64_t index_hash;  // what the block is registered under
   uint8_t reserved[32];
 };
 static_assert(sizeof(KeyBlockHeader) == 64 && std::is_trivially_copyable_v<KeyBlockHeader>);
@@ -41,21 +41,19 @@ inline void namespaced_key(const std::string& ns, std::span<const std::byte> key
                            std::string& out) {
   out.clear();
   const auto n = static_cast<uint32_t>(ns.size());
-  const char len[4] = {static_cast<char>(n), static_cast<char>(n >> 8),
-                       static_cast<char>(n >> 16), static_cast<char>(n >> 24)};
+  const char len[4] = {static_cast<char>(n), static_cast<char>(n >> 8), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 24)};
   out.append(len, 4);
   out.append(ns);
   out.append(reinterpret_cast<const char*>(key.data()), key.size());
 }
 
 // Whether `block` (block_bytes long) holds `nkey` under `hash`; on a yes, where its value is.
-inline bool key_block_matches(const std::byte* block, uint64_t block_bytes,
-                              const std::string& nkey, uint64_t hash, uint64_t* value_offset,
-                              uint64_t* value_bytes) {
+inline bool key_block_matches(const std::byte* block, uint64_t block_bytes, const std::string& nkey,
+                              uint64_t hash, uint64_t* value_offset, uint64_t* value_bytes) {
   KeyBlockHeader h;
   std::memcpy(&h, block, sizeof(h));
-  if (h.magic != kKeyBlockMagic || h.index_hash != hash || h.key_bytes != nkey.size())
-    return false;
+  if (h.magic != kKeyBlockMagic || h.index_hash != hash || h.key_bytes != nkey.size()) return false;
   if (sizeof(h) + uint64_t{h.key_bytes} > h.value_offset || h.value_offset > block_bytes ||
       h.value_bytes > block_bytes - h.value_offset)
     return false;

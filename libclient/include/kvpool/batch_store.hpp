@@ -70,10 +70,10 @@ struct IoBuffer {
 struct BatchCompletion {
   uint64_t id = 0;
   BatchOp op = BatchOp::kExists;
-  Status status;  // ok, or why the batch stopped (keys not done are kFailed)
-  uint32_t prefix = 0;               // kExistsPrefix: stored keys from the first
-  std::vector<KeyResult> results;    // one per key, in order
-  std::vector<uint64_t> value_sizes; // kGet: bytes copied per key (0 for a miss)
+  Status status;                      // ok, or why the batch stopped (keys not done are kFailed)
+  uint32_t prefix = 0;                // kExistsPrefix: stored keys from the first
+  std::vector<KeyResult> results;     // one per key, in order
+  std::vector<uint64_t> value_sizes;  // kGet: bytes copied per key (0 for a miss)
 };
 
 struct BatchStoreOptions {
@@ -101,11 +101,11 @@ uint64_t batch_store_block_bytes(uint32_t max_key_bytes, uint64_t value_bytes,
 struct BatchStoreStats {
   uint64_t batches = 0;
   uint64_t keys = 0;
-  uint64_t hits = 0;           // exists/get/delete keys found with their key
+  uint64_t hits = 0;  // exists/get/delete keys found with their key
   uint64_t misses = 0;
-  uint64_t key_mismatches = 0; // index hash found, another key stored: a miss
-  uint64_t bytes_in = 0;       // copied into the pool (set)
-  uint64_t bytes_out = 0;      // copied out (get)
+  uint64_t key_mismatches = 0;  // index hash found, another key stored: a miss
+  uint64_t bytes_in = 0;        // copied into the pool (set)
+  uint64_t bytes_out = 0;       // copied out (get)
 };
 
 class BatchStore {
@@ -124,7 +124,9 @@ class BatchStore {
   // that does not match, or a store that is closed.
   Result<uint64_t> submit(BatchOp op, std::span<const KeyBytes> keys,
                           std::span<const IoBuffer> buffers = {});
-  // Readable (eventfd, nonblocking) while completions wait to be drained.
+  // Readable (eventfd, nonblocking) while completions wait to be drained. It may also be
+  // readable with nothing to drain (a completion taken by wait() just before): poll, drain,
+  // and poll again when drain() gives nothing.
   int event_fd() const;
   // Every completion ready now, in the order the batches ran; resets event_fd.
   std::vector<BatchCompletion> drain();

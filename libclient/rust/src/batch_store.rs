@@ -90,7 +90,10 @@ impl BatchCompletion {
             None
         } else {
             let msg = CStr::from_ptr(ffi::kvpool_batch_completion_message(c));
-            Some(Error::new(ErrorCode::from_raw(code), msg.to_string_lossy().into_owned()))
+            Some(Error::new(
+                ErrorCode::from_raw(code),
+                msg.to_string_lossy().into_owned(),
+            ))
         };
         let out = BatchCompletion {
             id: ffi::kvpool_batch_completion_id(c),
@@ -145,7 +148,10 @@ impl BatchStore {
         o.index_bits = options.index_bits;
         let mut out = std::ptr::null_mut();
         check(unsafe { ffi::kvpool_batch_store_open(client.raw(), name.as_ptr(), &o, &mut out) })?;
-        Ok(BatchStore { ptr: out, _client: client.clone() })
+        Ok(BatchStore {
+            ptr: out,
+            _client: client.clone(),
+        })
     }
 
     /// Readable while completions wait (nonblocking eventfd).

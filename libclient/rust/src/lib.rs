@@ -31,9 +31,7 @@ mod ffi;
 mod future;
 mod hash;
 
-pub use batch_store::{
-    BatchCompletion, BatchOp, BatchStore, BatchStoreOptions, KeyResult,
-};
+pub use batch_store::{BatchCompletion, BatchOp, BatchStore, BatchStoreOptions, KeyResult};
 pub use block::{BlockState, ImmutableBlock, MutableBlock};
 pub use client::{
     Client, ConnectOptions, DType, Layout, LayoutKind, Pool, PoolCounts, RegisterOptions, Storage,

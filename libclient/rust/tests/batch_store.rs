@@ -33,16 +33,28 @@ fn set_get_exists_delete() {
     assert_eq!(out_a, a);
     assert_eq!(&out_b[..1000], &b[..]);
 
-    let id = s.submit(BatchOp::ExistsPrefix, &[keys[0], keys[1], b"never"]).unwrap();
+    let id = s
+        .submit(BatchOp::ExistsPrefix, &[keys[0], keys[1], b"never"])
+        .unwrap();
     assert_eq!(s.wait(id, std::time::Duration::from_secs(20)).unwrap().prefix, 2);
     let id = s.submit(BatchOp::Delete, &[keys[1]]).unwrap();
-    assert_eq!(s.wait(id, std::time::Duration::from_secs(20)).unwrap().hits(), vec![true]);
+    assert_eq!(
+        s.wait(id, std::time::Duration::from_secs(20)).unwrap().hits(),
+        vec![true]
+    );
 
     // The eventfd says when next() has something.
     let id = s.submit(BatchOp::Exists, &keys).unwrap();
-    let mut fds = [libc_pollfd(s.event_fd())];
-    assert_eq!(unsafe { poll(fds.as_mut_ptr(), 1, 20000) }, 1);
-    let c2 = s.next().expect("a completion once the eventfd is readable");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let c2 = loop {
+        let mut fds = [libc_pollfd(s.event_fd())];
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "no completion within 20 s");
+        unsafe { poll(fds.as_mut_ptr(), 1, left.as_millis() as i32) };
+        if let Some(c) = s.next() {
+            break c;
+        }
+    };
     assert_eq!(c2.id, id);
     assert_eq!(c2.hits(), vec![true, false]);
     assert!(s.next().is_none());
@@ -67,7 +79,11 @@ struct PollFd {
     revents: i16,
 }
 fn libc_pollfd(fd: i32) -> PollFd {
-    PollFd { fd, events: 1, revents: 0 } // POLLIN
+    PollFd {
+        fd,
+        events: 1,
+        revents: 0,
+    } // POLLIN
 }
 extern "C" {
     fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;

@@ -73,8 +73,8 @@ kvpool_error_code kvpool_batch_store_submit(kvpool_batch_store* store, kvpool_ba
                                             const size_t* key_sizes, void* const* buffers,
                                             const size_t* buffer_sizes, uint64_t* id_out) {
   return guarded([&] {
-    if (store == nullptr || id_out == nullptr || (count > 0 && (keys == nullptr ||
-                                                                key_sizes == nullptr)))
+    if (store == nullptr || id_out == nullptr ||
+        (count > 0 && (keys == nullptr || key_sizes == nullptr)))
       return null_argument("store, id_out, keys and key_sizes must not be NULL");
     store->keys.clear();
     store->buffers.clear();

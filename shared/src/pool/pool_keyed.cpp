@@ -9,8 +9,7 @@
 
 namespace kvpool::pool {
 
-Result<uint32_t> PoolCore::lookup(uint32_t owner, std::span<const uint64_t> hashes,
-                                  BlockRef* out) {
+Result<uint32_t> PoolCore::lookup(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));
   // The same bounds as match: every hash may hit.
