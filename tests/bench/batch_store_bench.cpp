@@ -135,7 +135,7 @@ Row bench_redis(const kvpool::bench::RedisServer& server, Pages& p, uint32_t rou
       void* reply = nullptr;
       if (redisGetReply(ctx, &reply) != REDIS_OK) fail("redis GET failed");
       auto* rr = static_cast<redisReply*>(reply);
-      if (rr->type != REDIS_REPLY_STRING || rr->len != static_cast<long long>(bytes))
+      if (rr->type != REDIS_REPLY_STRING || static_cast<size_t>(rr->len) != bytes)
         fail("redis GET returned something else");
       std::memcpy(p.dst[i].data(), rr->str, bytes);  // into the caller's buffer
       freeReplyObject(reply);
