@@ -25,7 +25,7 @@ const shm::ControlHeader* header_of(const shm::Segment& s) {
 }
 
 bool has_restart_info(const shm::ControlHeader& h) {
-  return h.layout_major == shm::kLayoutMajor && h.layout_minor >= 1 &&
+  return h.layout_major == shm::kLayoutMajor &&
          h.header_bytes >= offsetof(shm::ControlHeader, restart) + sizeof(shm::RestartInfo);
 }
 
@@ -41,13 +41,25 @@ struct StoredControl {
 };
 
 // Sorts the supervisor's descriptors: pool data segments into `data` (by pool name),
-// control segments returned; anything else is dropped from the store.
+// registry segments (header checked) into `registries`, control segments returned; anything
+// else is dropped from the store.
 std::vector<StoredControl> sort_stored(std::vector<InheritedFd> fds,
-                                       std::map<std::string, shm::UniqueFd>& data) {
+                                       std::map<std::string, shm::UniqueFd>& data,
+                                       std::vector<Adoption::StoredRegistry>& registries) {
   std::vector<StoredControl> controls;
   for (InheritedFd& f : fds) {
     if (starts_with(f.name, kFdNamePoolPrefix)) {
       data[f.name.substr(std::strlen(kFdNamePoolPrefix))] = std::move(f.fd);
+    } else if (starts_with(f.name, kFdNameRegistryPrefix)) {
+      auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
+      auto h = seg ? shm::check_registry(*seg) : Result<const shm::RegistryHeader*>(seg.status());
+      if (!h) {
+        spdlog::warn("stored descriptor '{}' is not a usable registry segment ({}); dropping it",
+                     f.name, h.status().message());
+        fd_store_remove(f.name);
+        continue;
+      }
+      registries.push_back({f.name, std::move(seg.value())});
     } else if (starts_with(f.name, kFdNameControlPrefix)) {
       auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
       const shm::ControlHeader* h = seg ? header_of(*seg) : nullptr;
@@ -93,7 +105,7 @@ size_t drop_superseded(const std::vector<StoredControl>& controls) {
 
 Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   Adoption a;
-  std::vector<StoredControl> controls = sort_stored(std::move(fds), a.data_);
+  std::vector<StoredControl> controls = sort_stored(std::move(fds), a.data_, a.registries_);
   if (controls.empty()) {
     if (!a.data_.empty())
       spdlog::warn("{} stored pool segment(s) but no control segment: every pool starts empty",
@@ -122,33 +134,35 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   }
   a.previous_epoch_ = c.epoch;
   a.header_ = &h;
+  a.keep_registries_of(c.epoch, h.max_clients);
   // Its clients that still run (a pidfd that is not readable: the process has not exited).
   // A pid reused by an unrelated process keeps some blocks out of circulation longer, and
-  // could claim them back only as the same uid (daemon/previous_clients.cpp).
-  if (shm::within(h.slots_offset, uint64_t{h.max_clients} * sizeof(shm::SlotInfo),
-                  c.segment.size()) &&
-      h.slots_offset % alignof(shm::SlotInfo) == 0) {
-    const auto* slots =
-        reinterpret_cast<const shm::SlotInfo*>(c.segment.as<const char>() + h.slots_offset);
-    // Owner max_clients is the previous daemon's keeper: what it kept for clients of the
-    // daemon before it that had not come back. Those may still run, and who they are died
-    // with that daemon: it stays out of circulation (under our keeper, never handed back).
-    a.live_owners_.assign(h.max_clients + 1, 0);
-    a.live_owners_[h.max_clients] = 1;
-    for (uint32_t i = 0; i < h.max_clients; ++i) {
-      const int32_t pid = slots[i].pid.load(std::memory_order_relaxed);
-      if (slots[i].state.load(std::memory_order_relaxed) ==
-              static_cast<uint32_t>(shm::SlotState::kFree) ||
-          pid <= 0)
-        continue;
-      auto fd = shm::pidfd_open(pid);
-      pollfd p{fd ? fd->get() : -1, POLLIN, 0};
-      if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
-      a.live_owners_[i] = 1;
-      a.live_clients_.push_back({i, slots[i].generation.load(std::memory_order_relaxed), pid,
-                                 slots[i].uid.load(std::memory_order_relaxed),
-                                 std::move(fd.value())});
+  // could claim them back only as the same uid (daemon/previous_clients.cpp). Each pool's
+  // registry segment lists the clients that could use it; a client that could use none
+  // held nothing.
+  // Owner max_clients is the previous daemon's keeper: what it kept for clients of the
+  // daemon before it that had not come back. Those may still run, and who they are died
+  // with that daemon: it stays out of circulation (under our keeper, never handed back).
+  a.live_owners_.assign(h.max_clients + 1, 0);
+  a.live_owners_[h.max_clients] = 1;
+  for (uint32_t i = 0; i < h.max_clients; ++i) {
+    const shm::SlotInfo* slot = nullptr;
+    for (const StoredRegistry& r : a.registries_) {
+      const auto* slots = reinterpret_cast<const shm::SlotInfo*>(
+          r.segment.as<const char>() + r.segment.as<const shm::RegistryHeader>()->slots_offset);
+      if (slots[i].state.load(std::memory_order_relaxed) !=
+          static_cast<uint32_t>(shm::SlotState::kFree))
+        slot = &slots[i];
     }
+    const int32_t pid = slot ? slot->pid.load(std::memory_order_relaxed) : 0;
+    if (pid <= 0) continue;
+    auto fd = shm::pidfd_open(pid);
+    pollfd p{fd ? fd->get() : -1, POLLIN, 0};
+    if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
+    a.live_owners_[i] = 1;
+    a.live_clients_.push_back({i, slot->generation.load(std::memory_order_relaxed), pid,
+                               slot->uid.load(std::memory_order_relaxed),
+                               std::move(fd.value())});
   }
   a.previous_ = std::move(c.segment);
   spdlog::info("found the control segment of kvpoold epoch {:016x} (pid {}) and {} pool segment(s)",
@@ -166,10 +180,21 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   const auto* base = previous_.as<const char>();
   const auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + header_->pools_offset);
   const shm::PoolInfo* info = nullptr;
+  uint32_t index = 0;
   for (uint32_t i = 0; i < header_->num_pools; ++i)
-    if (strnlen(infos[i].name, shm::kNameBytes) < shm::kNameBytes && pc.name == infos[i].name)
+    if (strnlen(infos[i].name, shm::kNameBytes) < shm::kNameBytes && pc.name == infos[i].name) {
       info = &infos[i];
+      index = i;
+    }
   if (info == nullptr) return empty("its control segment has no pool of that name");
+  const shm::RegistryHeader* reg = nullptr;
+  for (const StoredRegistry& r : registries_) {
+    const auto* rh = r.segment.as<const shm::RegistryHeader>();
+    if (rh->pool == index && strnlen(rh->name, shm::kNameBytes) < shm::kNameBytes &&
+        pc.name == rh->name)
+      reg = rh;
+  }
+  if (reg == nullptr) return empty("no registry segment of it was kept");
   if (pc.storage != shm::StorageKind::kHost ||
       info->storage != static_cast<uint32_t>(shm::StorageKind::kHost))
     return empty("only host pools are adopted");
@@ -190,24 +215,23 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   if (info->data_bytes != layout->total_bytes() || ::fstat(it->second.get(), &st) != 0 ||
       static_cast<uint64_t>(st.st_size) < info->data_bytes)
     return empty("its data segment is smaller than its layout");
-  if (!shm::within(info->arena_offset, info->arena_bytes, previous_.size()) ||
-      info->arena_offset % 64 != 0)
-    return empty("its arena lies outside the control segment (corrupt)");
-  const void* arena = base + info->arena_offset;
-  if (Status v = pool::PoolCore::validate(arena, info->arena_bytes); !v.is_ok())
+  // check_registry proved the arena lies within its segment.
+  const void* arena = reinterpret_cast<const char*>(reg) + reg->arena_offset;
+  const uint64_t arena_bytes = reg->arena_bytes;
+  if (Status v = pool::PoolCore::validate(arena, arena_bytes); !v.is_ok())
     return empty("its arena is unusable (" + v.message() + ")");
   const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
   if (ah.num_blocks != pc.layout.num_blocks) return empty("its arena has another block count");
   Pool p;
   p.name = pc.name;
   p.arena = arena;
-  p.arena_bytes = info->arena_bytes;
+  p.arena_bytes = arena_bytes;
   p.interrupted = (ah.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
   if (!p.interrupted) {
     // Its daemon died between two pool calls: then every structure was complete, and any
     // broken invariant means someone wrote where nobody may. Nothing of it is served.
     // (The arena is mapped read-only: attach and check_invariants only read.)
-    auto prev = pool::PoolCore::attach(const_cast<void*>(arena), info->arena_bytes, 0, pc.name);
+    auto prev = pool::PoolCore::attach(const_cast<void*>(arena), arena_bytes, 0, pc.name);
     if (!prev) return empty("its arena is unusable (" + prev.status().message() + ")");
     if (Status inv = prev->check_invariants(); !inv.is_ok())
       return empty("its arena is corrupt (" + inv.message() + ")");
@@ -215,6 +239,26 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   p.data = std::move(it->second);
   data_.erase(it);
   return p;
+}
+
+void Adoption::keep_registries_of(uint64_t epoch, uint32_t max_clients) {
+  std::vector<StoredRegistry> kept;
+  for (StoredRegistry& r : registries_) {
+    const auto* h = r.segment.as<const shm::RegistryHeader>();
+    if (h->epoch == epoch && epoch != 0 && h->max_clients == max_clients) {
+      kept.push_back(std::move(r));
+      continue;
+    }
+    spdlog::info("dropping the registry segment '{}' of another daemon", r.name);
+    fd_store_remove(r.name);
+  }
+  registries_ = std::move(kept);
+}
+
+std::vector<std::string> Adoption::previous_registry_names() const {
+  std::vector<std::string> names;
+  for (const StoredRegistry& r : registries_) names.push_back(r.name);
+  return names;
 }
 
 void Adoption::release_unused() {

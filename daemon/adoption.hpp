@@ -23,6 +23,7 @@
 #include "daemon/fd_store.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/registry_segment.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
@@ -33,7 +34,7 @@ class Adoption {
   struct Pool {  // a previous host pool this daemon may take over
     std::string name;
     shm::UniqueFd data;           // its data segment
-    const void* arena = nullptr;  // its arena, in the previous control segment (read-only)
+    const void* arena = nullptr;  // its arena, in the previous registry segment (read-only)
     size_t arena_bytes = 0;
     bool interrupted = false;  // its daemon died inside a pool call
   };
@@ -46,6 +47,13 @@ class Adoption {
   uint64_t previous_epoch() const { return previous_epoch_; }
   // The store name of the previous control segment ("" when none).
   const std::string& previous_control_name() const { return previous_control_name_; }
+  // The store names of its registry segments.
+  std::vector<std::string> previous_registry_names() const;
+
+  struct StoredRegistry {  // a previous pool's registry segment (header checked)
+    std::string name;
+    shm::Segment segment;
+  };
 
   // The previous daemon's pool that may serve `pc`, taken out (once); nullopt, with a log
   // line saying why when there was one, otherwise.
@@ -77,14 +85,22 @@ class Adoption {
 
   // Unmaps the previous control segment (after adoption; the store keeps it until the new
   // daemon has stored its own).
-  void close() { previous_ = shm::Segment(); }
+  void close() {
+    previous_ = shm::Segment();
+    registries_.clear();
+  }
 
  private:
+  // Keeps the registry segments of the daemon of `epoch` (with its slot count); the others
+  // are dropped from the store.
+  void keep_registries_of(uint64_t epoch, uint32_t max_clients);
+
   shm::Segment previous_;
   const shm::ControlHeader* header_ = nullptr;
   uint64_t previous_epoch_ = 0;
   std::string previous_control_name_;
   std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment
+  std::vector<StoredRegistry> registries_;      // of the previous daemon
   std::bitset<256> tags_;
   // previous owner -> its process still runs (the last one: the previous keeper, see
   // prepare)

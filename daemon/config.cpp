@@ -326,11 +326,11 @@ Config read_config(const Json& root) {
     fail("spin_iterations",
          "was replaced by \"poll_us\" (how long the engine polls after a request, in "
          "microseconds; default 50): remove spin_iterations and set poll_us if needed");
-  reject_unknown_fields(
-      root, "",
-      {"instance", "runtime_dir", "max_clients", "ring_bytes", "poll_us", "log_level",
-       "allowed_uids", "allowed_gids", "pools", "event_ring_slots", "max_clients_per_uid",
-       "max_pending_connections", "max_pending_per_uid", "attach_timeout_ms", "quota"});
+  reject_unknown_fields(root, "",
+                        {"instance", "runtime_dir", "max_clients", "ring_bytes", "poll_us",
+                         "log_level", "allowed_uids", "allowed_gids", "pools", "event_ring_slots",
+                         "max_clients_per_uid", "max_pending_connections", "max_pending_per_uid",
+                         "attach_timeout_ms", "quota", "uid_share_percent"});
   const Config defaults = default_config();
   Config c = defaults;
   if (auto it = root.find("instance"); it != root.end()) c.instance = read_string(*it, "instance");
@@ -346,6 +346,8 @@ Config read_config(const Json& root) {
   if (auto it = root.find("poll_us"); it != root.end()) c.poll_us = read_u32(*it, "poll_us");
   if (auto it = root.find("max_clients_per_uid"); it != root.end())
     c.max_clients_per_uid = read_u32(*it, "max_clients_per_uid");
+  if (auto it = root.find("uid_share_percent"); it != root.end())
+    c.uid_share_percent = read_u32(*it, "uid_share_percent");
   if (auto it = root.find("max_pending_connections"); it != root.end())
     c.max_pending_connections = read_u32(*it, "max_pending_connections");
   if (auto it = root.find("max_pending_per_uid"); it != root.end())
@@ -605,10 +607,15 @@ Status validate_config(const Config& c) {
     return config_error("poll_us", "must be 0.." + std::to_string(kMaxPollUs) + " (got " +
                                        std::to_string(c.poll_us) + ")");
   }
+  if (c.uid_share_percent < 1 || c.uid_share_percent > 100) {
+    return config_error("uid_share_percent", "must be 1..100 (100: no per-uid cap), got " +
+                                                 std::to_string(c.uid_share_percent));
+  }
   if (c.max_clients_per_uid > c.max_clients) {
-    return config_error("max_clients_per_uid", "must be 0 (no cap) or at most max_clients (" +
-                                                   std::to_string(c.max_clients) + "), got " +
-                                                   std::to_string(c.max_clients_per_uid));
+    return config_error("max_clients_per_uid",
+                        "must be 0 (uid_share_percent of max_clients) or at most max_clients (" +
+                            std::to_string(c.max_clients) + "), got " +
+                            std::to_string(c.max_clients_per_uid));
   }
   if (c.max_pending_connections < 1 || c.max_pending_per_uid < 1 ||
       c.max_pending_per_uid > c.max_pending_connections) {
@@ -742,6 +749,7 @@ std::string config_to_json(const Config& c) {
   root["pools"] = std::move(pools);
   root["event_ring_slots"] = c.event_ring_slots;
   root["max_clients_per_uid"] = c.max_clients_per_uid;
+  root["uid_share_percent"] = c.uid_share_percent;
   root["max_pending_connections"] = c.max_pending_connections;
   root["max_pending_per_uid"] = c.max_pending_per_uid;
   root["attach_timeout_ms"] = c.attach_timeout_ms;
@@ -751,6 +759,19 @@ std::string config_to_json(const Config& c) {
                        {"max_priority", c.quota.max_priority}};
   // Replace rather than throw on invalid UTF-8: this may print a config built in code.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+uint32_t clients_per_uid(const Config& c) {
+  if (c.max_clients_per_uid != 0) return c.max_clients_per_uid;
+  if (c.uid_share_percent >= 100) return 0;
+  return std::max<uint32_t>(
+      1, static_cast<uint32_t>(uint64_t{c.max_clients} * c.uid_share_percent / 100));
+}
+
+uint32_t blocks_per_uid(const Config& c, uint32_t num_blocks) {
+  if (c.uid_share_percent >= 100) return 0;
+  return std::max<uint32_t>(
+      1, static_cast<uint32_t>(uint64_t{num_blocks} * c.uid_share_percent / 100));
 }
 
 }  // namespace kvpool::daemon

@@ -60,7 +60,13 @@ struct Config {
   uint32_t event_ring_slots = 65536;
 
   // Limits that keep one local user from starving the others (the trust boundary).
-  uint32_t max_clients_per_uid = 0;       // attached or attaching slots per uid; 0: max_clients
+  // Attached or attaching slots per uid; 0: uid_share_percent of max_clients.
+  uint32_t max_clients_per_uid = 0;
+  // The share of each pool's blocks (mutable plus distinct registered blocks referenced,
+  // summed over all its clients) and, unless max_clients_per_uid says otherwise, of the
+  // client slots that one uid may hold: one user never takes everything, the others keep
+  // the rest (docs/security.md sizes it). 100: no cap.
+  uint32_t uid_share_percent = 87;
   uint32_t max_pending_connections = 64;  // accepted sockets that have not said Hello
   uint32_t max_pending_per_uid = 16;
   uint32_t attach_timeout_ms = 5000;  // Hello to Ready (and accept to Hello)
@@ -68,6 +74,11 @@ struct Config {
 
   friend bool operator==(const Config&, const Config&) = default;
 };
+
+// The slots one uid may hold (0: no cap), and the blocks of a pool of `num_blocks` it may
+// hold (0: no cap), from max_clients_per_uid and uid_share_percent.
+uint32_t clients_per_uid(const Config& c);
+uint32_t blocks_per_uid(const Config& c, uint32_t num_blocks);
 
 // The built-in default: one host pool "g2" of 1024 blocks (2 layers, outer 2, page 16,
 // inner 128, 2-byte dtype, alignment 256), so `kvpoold` with no config runs anywhere.

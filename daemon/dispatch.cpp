@@ -69,6 +69,12 @@ std::span<const T> items_as(const std::byte* items, uint32_t count, std::vector<
   return spare;
 }
 
+// Whether `n` blocks could be allocated from the pool now (free, or inactive to evict).
+bool fits(const pool::PoolCore& core, uint32_t n) {
+  const pool::PoolCounts c = core.counts();
+  return uint64_t{n} <= uint64_t{c.free} + c.inactive;
+}
+
 }  // namespace
 
 Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
@@ -155,6 +161,16 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
       answer.empty() ? nullptr : reinterpret_cast<pool::BlockRef*>(answer.data() + kHeaderBytes);
   pool::PoolCore* core = op == proto::Opcode::kPing ? nullptr : cores_[rq.pool];
   Status st;
+  // Not kReclaim: it gives a reattached process back what it held under the previous
+  // daemon, within the quotas of that daemon; refused, the blocks would stay out of
+  // circulation anyway until the process exits (it may still read them), so refusing
+  // frees nothing (docs/security.md).
+  if (admit_ && (op == proto::Opcode::kMatch ||
+                 (op == proto::Opcode::kAllocate && fits(*core, rq.count)))) {
+    // A match is counted as if every hash hit; an allocation the pool cannot serve anyway
+    // gets the pool's own answer (NotEnoughBlocksAvailable).
+    KVPOOL_RETURN_IF_ERROR(admit_(owner, rq.pool, rq.count));
+  }
   switch (op) {
     case proto::Opcode::kAllocate:
       st = core->allocate(owner, rq.count, refs_out);

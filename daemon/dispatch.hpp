@@ -45,6 +45,12 @@ class Dispatcher {
                                          uint32_t* lost_count)>;
   void set_reclaim(ReclaimFn f) { reclaim_ = std::move(f); }
 
+  // What the daemon checks beyond one client's own quota before a request may add `more`
+  // blocks to what `owner` holds in `pool` (kAllocate, kMatch): the share of the
+  // pool one uid may hold over all its clients (uid_share_percent). Unset: nothing more.
+  using AdmitFn = std::function<Status(uint32_t owner, uint32_t pool, uint32_t more)>;
+  void set_admission(AdmitFn f) { admit_ = std::move(f); }
+
   // proto::record_answers and proto::answer_type (shm/protocol.hpp).
   static bool answers(uint32_t type) { return proto::record_answers(type); }
   static uint32_t answer_type(uint32_t type) { return proto::answer_type(type); }
@@ -116,6 +122,7 @@ class Dispatcher {
   std::vector<pool::BlockRef> refs_;
   std::vector<proto::ReclaimItem> reclaim_items_;
   ReclaimFn reclaim_;
+  AdmitFn admit_;
   std::vector<uint32_t> tokens_;  // only for misaligned records
 };
 

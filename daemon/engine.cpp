@@ -128,18 +128,24 @@ Status Engine::claim_instance() {
   return Status::ok();
 }
 
-// Control segment: shm/control_segment.hpp places every part and fills the header.
+// Control segment and the pools' registry segments: shm/control_segment.hpp places every
+// part and fills the headers.
 Status Engine::create_control_segment(const std::vector<pool::PoolCoreConfig>& core_configs) {
   auto placed = shm::control_layout(config_.max_clients, core_configs, config_.event_ring_slots);
   if (!placed) return placed.status();
+  std::vector<std::string> names;
+  for (const PoolConfig& pc : config_.pools) names.push_back(pc.name);
   auto ctl = shm::ControlWriter::create(config_.instance, config_.max_clients,
-                                        std::move(placed.value()), config_.event_ring_slots);
+                                        std::move(placed.value()), names,
+                                        config_.event_ring_slots);
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
   ctl_ = &control_.header();
-  slots_info_ = control_.slots();
-  if (control_.event_ring().valid())
-    events_ = std::make_unique<EventPublisher>(control_.event_ring());
+  if (config_.event_ring_slots != 0) {
+    std::vector<shm::EventRingWriter> rings;
+    for (uint32_t i = 0; i < control_.num_pools(); ++i) rings.push_back(control_.event_ring(i));
+    events_ = std::make_unique<EventPublisher>(std::move(rings));
+  }
   return Status::ok();
 }
 
@@ -173,12 +179,18 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
       return core.status();
     }
     if (previous[i]) adopt_pool_registry(adoption, *previous[i], i, core_configs[i], *core);
-    shm::PoolInfo& info = control_.pool_info(i);  // its arena's place is filled in already
+    shm::PoolInfo& info = control_.pool_info(i);
     shm::copy_name(info.name, pc.name);
     info.layout = pc.layout;
     info.dtype = static_cast<uint32_t>(pc.dtype);
     storage->publish(info);  // shm name or CUDA IPC handle + device UUID, storage, bytes
     info.hash_scheme = static_cast<uint32_t>(pc.hash_scheme);
+    // The IPC handle opens the slab: only the pool's own clients get it (its registry
+    // segment), never everyone who maps the control segment.
+    shm::RegistryHeader& reg = control_.registry(i).header();
+    std::memcpy(reg.device_uuid, info.device_uuid, sizeof(reg.device_uuid));
+    std::memcpy(reg.ipc_handle, info.ipc_handle, sizeof(reg.ipc_handle));
+    std::memset(info.ipc_handle, 0, sizeof(info.ipc_handle));
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
   publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
@@ -232,6 +244,11 @@ void Engine::create_dispatcher() {
   std::vector<uint32_t> page_sizes;
   for (const auto& p : pools_) page_sizes.push_back(p.config.layout.page_size);
   dispatcher_.set_page_sizes(std::move(page_sizes));  // kRegisterTokens
+  // One uid's share of each pool, over all its clients (uid_share_percent).
+  if (config_.uid_share_percent < 100)
+    dispatcher_.set_admission([this](uint32_t owner, uint32_t pool, uint32_t more) {
+      return check_uid_share(owner, pool, more);
+    });
   // kReclaim: only the caller's own process may take back what it held.
   std::vector<pool::PoolCore*> all;
   for (auto& p : pools_) all.push_back(&p.core);
@@ -241,6 +258,31 @@ void Engine::create_dispatcher() {
     return previous_.reclaim(owner, sessions_[owner].pid, sessions_[owner].uid, h, all, pool, items,
                              lost, lost_count);
   });
+}
+
+// What a uid holds of a pool is what its clients hold together: mutable blocks and distinct
+// registered blocks each references (a block two of its clients share counts twice, which
+// errs on the safe side).
+Status Engine::check_uid_share(uint32_t owner, uint32_t pool, uint32_t more) {
+  const pool::PoolCore& core = pools_[pool].core;
+  const uint32_t cap = blocks_per_uid(config_, core.num_blocks());
+  if (cap == 0) return Status::ok();
+  const uid_t uid = sessions_[owner].uid;
+  uint64_t held = 0;
+  uint32_t clients = 0;
+  for (const Session& s : sessions_) {
+    if (s.state == SlotState::kFree || s.uid != uid) continue;
+    const pool::OwnerRecord& o = core.owner_record(s.slot);
+    held += uint64_t{o.mutable_count} + o.hold_entries;
+    ++clients;
+  }
+  if (held + more <= cap) return Status::ok();
+  return Status(ErrorCode::kQuotaExceeded,
+                "uid " + std::to_string(uid) + " holds " + std::to_string(held) + " of pool '" +
+                    core.name() + "''s " + std::to_string(core.num_blocks()) + " blocks over " +
+                    std::to_string(clients) + " client(s); " + std::to_string(more) +
+                    " more would pass its share of " + std::to_string(cap) +
+                    " (uid_share_percent " + std::to_string(config_.uid_share_percent) + ")");
 }
 
 void Engine::request_stop() {
@@ -450,7 +492,7 @@ bool Engine::drain(Session& s, uint32_t budget) {
 
 Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payload, uint32_t len) {
   bump(ctl_->stats.requests, 1);
-  bump(slots_info_[s.slot].requests, 1);
+  sessions_.bump_slot(s, &shm::SlotInfo::requests, 1);
   // The header is decoded once, from our private copy of the record.
   const Dispatcher::Request req = Dispatcher::decode(type, {payload, len});
   // Room for the largest answer first: once the pool changed, the answer must fit.
@@ -470,12 +512,13 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   if (type == static_cast<uint32_t>(proto::Opcode::kMatch) && done.code == ErrorCode::kOk &&
       done.answer_bytes >= sizeof(proto::ResponseHeader)) {
     // A successful answer carries no message: what follows the header is the hits.
-    bump(slots_info_[s.slot].match_hits,
-         (done.answer_bytes - sizeof(proto::ResponseHeader)) / sizeof(pool::BlockRef));
+    sessions_.bump_slot(
+        s, &shm::SlotInfo::match_hits,
+        (done.answer_bytes - sizeof(proto::ResponseHeader)) / sizeof(pool::BlockRef));
   }
   if (done.rejected != 0) {
     s.rejected_handles += done.rejected;
-    bump(slots_info_[s.slot].rejected_handles, done.rejected);
+    sessions_.bump_slot(s, &shm::SlotInfo::rejected_handles, done.rejected);
     // A worker releases only what it was given; one that keeps releasing handles it does
     // not hold is broken or hostile, and each costs the engine a look-up.
     if (s.rejected_handles > kMaxRejectedHandles) {
@@ -486,7 +529,7 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   }
   if (done.code == ErrorCode::kProtocolError) {
     bump(ctl_->stats.protocol_errors, 1);
-    bump(slots_info_[s.slot].protocol_errors, 1);
+    sessions_.bump_slot(s, &shm::SlotInfo::protocol_errors, 1);
     if (++s.protocol_errors > kMaxProtocolErrors) {
       sessions_.disconnect(
           s, "more than " + std::to_string(kMaxProtocolErrors) + " malformed records");

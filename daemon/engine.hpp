@@ -63,6 +63,8 @@ class Engine {
   Status create_pools(const std::vector<pool::PoolCoreConfig>& core_configs);
   Status listen_and_watch();
   void create_dispatcher();
+  // kQuotaExceeded when `more` blocks for `owner` in `pool` would pass its uid's share.
+  Status check_uid_share(uint32_t owner, uint32_t pool, uint32_t more);
   void handle_events(int timeout_ms);
   bool drain(Session& s, uint32_t budget);
   enum class Outcome { kDone, kBackpressure };
@@ -95,9 +97,8 @@ class Engine {
   Config config_;
   std::string runtime_dir_;
   std::string socket_path_;
-  shm::ControlWriter control_;  // the control segment, shm/control_segment.hpp
+  shm::ControlWriter control_;  // control and registry segments, shm/control_segment.hpp
   shm::ControlHeader* ctl_ = nullptr;
-  shm::SlotInfo* slots_info_ = nullptr;
   std::vector<ServedPool> pools_;
   std::unique_ptr<EventPublisher> events_;  // every pool core's event sink (null: no ring)
   shm::UniqueFd listen_fd_;
@@ -121,6 +122,7 @@ class Engine {
   bool created_ = false;
   bool keep_cache_ = false;
   std::string previous_control_name_;  // in the store until ours is
+  std::vector<std::string> previous_registry_names_;  // likewise
   PreviousClients previous_;           // the previous daemon's clients that still run
 };
 

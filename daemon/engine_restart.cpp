@@ -1,6 +1,7 @@
 // The progress engine's part in restarts (issue 15): taking over a previous daemon's pools
 // at start (daemon/adoption.hpp), publishing who this daemon is, and keeping its segments
-// in the supervisor's descriptor store (daemon/fd_store.hpp).
+// (control, registries, host pools' data) in the supervisor's descriptor store
+// (daemon/fd_store.hpp).
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine.hpp"
@@ -59,7 +60,9 @@ void Engine::publish_identity(const Adoption& adoption, uint64_t adoption_ns) {
   r.previous_epoch = adoption.previous_epoch();
   r.generation_tag = pick_generation_tag(r.epoch, adoption.taken_tags());
   r.adoption_ns = r.adopted_pools != 0 ? adoption_ns : 0;
+  control_.set_epoch(r.epoch);
   previous_control_name_ = adoption.previous_control_name();
+  previous_registry_names_ = adoption.previous_registry_names();
 }
 
 void Engine::store_segments() {
@@ -67,6 +70,11 @@ void Engine::store_segments() {
   // Read-only is enough for the next daemon, which only reads it.
   auto ctl = control_.open_readonly_fd();
   bool ok = ctl && fd_store_put(fd_name_control(ctl_->restart.epoch), ctl->get());
+  for (uint32_t i = 0; i < pools_.size(); ++i) {
+    auto reg = control_.open_registry_fd(i);
+    ok = ok && reg &&
+         fd_store_put(fd_name_registry(ctl_->restart.epoch, pools_[i].config.name), reg->get());
+  }
   for (auto& p : pools_) {
     if (p.storage.kind() != shm::StorageKind::kHost) continue;  // dies with us: nothing to keep
     auto fd = p.storage.client_fd();
@@ -79,6 +87,7 @@ void Engine::store_segments() {
     return;
   }
   if (!previous_control_name_.empty()) fd_store_remove(previous_control_name_);
+  for (const std::string& name : previous_registry_names_) fd_store_remove(name);
   spdlog::debug("segments stored with the supervisor (control '{}')",
                 fd_name_control(ctl_->restart.epoch));
 }
@@ -86,6 +95,7 @@ void Engine::store_segments() {
 void Engine::forget_segments() {
   if (!fd_store_available()) return;
   fd_store_remove(fd_name_control(ctl_->restart.epoch));
+  for (auto& p : pools_) fd_store_remove(fd_name_registry(ctl_->restart.epoch, p.config.name));
   for (auto& p : pools_)
     if (p.storage.kind() == shm::StorageKind::kHost) fd_store_remove(fd_name_pool(p.config.name));
   spdlog::info("stopped without --keep-cache: the next kvpoold starts empty");

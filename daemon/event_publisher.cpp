@@ -33,14 +33,14 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
     scratch_.push_back(p);
   }
   // Without tokens the append is the same as before tokens existed: the area stays untouched.
-  writer_.append(scratch_, any_tokens ? std::span<const std::span<const uint32_t>>(tokens_)
+  writers_[pool].append(scratch_, any_tokens ? std::span<const std::span<const uint32_t>>(tokens_)
                                       : std::span<const std::span<const uint32_t>>());
 }
 
 void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
   shm::EventPayload p = payload(shm::EventType::kRemoved, pool, now_ns(CLOCK_REALTIME));
   p.sequence_hash = sequence_hash;
-  writer_.append(p);
+  writers_[pool].append(p);
 }
 
 }  // namespace kvpool::daemon

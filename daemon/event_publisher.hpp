@@ -1,5 +1,6 @@
 // The daemon's EventSink: turns the pool cores' Stored / Removed calls into records of the
-// control segment's event ring (one batch per register call). Runs on the progress
+// pool's own event ring, in its registry segment (one batch per register call), so only
+// that pool's clients read them. Runs on the progress
 // engine, never waits (the ring overwrites what slow readers did not read).
 #pragma once
 
@@ -14,13 +15,15 @@ namespace kvpool::daemon {
 
 class EventPublisher final : public pool::EventSink {
  public:
-  explicit EventPublisher(shm::EventRingWriter writer) : writer_(writer) {}
+  // One ring per pool, in pool order.
+  explicit EventPublisher(std::vector<shm::EventRingWriter> writers)
+      : writers_(std::move(writers)) {}
 
   void on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) override;
   void on_removed(uint32_t pool, uint64_t sequence_hash) override;
 
  private:
-  shm::EventRingWriter writer_;
+  std::vector<shm::EventRingWriter> writers_;
   std::vector<shm::EventPayload> scratch_;         // grows to the largest batch, then reused
   std::vector<std::span<const uint32_t>> tokens_;  // the batch's token ids, per record
 };

@@ -188,13 +188,27 @@ void Sessions::expire_pending(uint64_t t) {
   }
 }
 
+// The client as the clients of each pool it may use see it (the slot table of that pool's
+// registry segment); in the other pools' tables the slot stays free and zero, so nothing
+// of it reaches a caller who shares no pool with it. State last, with release: a reader
+// that loads it with acquire reads this client's fields.
 void Sessions::publish_slot(const Session& s) {
-  shm::SlotInfo& i = links_.control.slots()[s.slot];
-  i.pid.store(s.pid, std::memory_order_relaxed);
-  i.uid.store(s.uid, std::memory_order_relaxed);
-  i.attach_time_ns.store(s.attach_ns, std::memory_order_relaxed);
-  i.generation.store(s.generation, std::memory_order_relaxed);
-  i.state.store(static_cast<uint32_t>(s.state), std::memory_order_release);
+  for (uint32_t p = 0; p < links_.control.num_pools(); ++p) {
+    shm::SlotInfo& i = links_.control.slot(p, s.slot);
+    const bool member = s.state != SlotState::kFree && (s.pool_mask & (1u << p)) != 0;
+    i.pid.store(member ? s.pid : 0, std::memory_order_relaxed);
+    i.uid.store(member ? s.uid : 0, std::memory_order_relaxed);
+    i.attach_time_ns.store(member ? s.attach_ns : 0, std::memory_order_relaxed);
+    i.generation.store(member ? s.generation : 0, std::memory_order_relaxed);
+    i.state.store(static_cast<uint32_t>(member ? s.state : SlotState::kFree),
+                  std::memory_order_release);
+  }
+}
+
+void Sessions::bump_slot(const Session& s, std::atomic<uint64_t> shm::SlotInfo::*counter,
+                         uint64_t n) {
+  for (uint32_t p = 0; p < links_.control.num_pools(); ++p)
+    if ((s.pool_mask & (1u << p)) != 0) bump(links_.control.slot(p, s.slot).*counter, n);
 }
 
 }  // namespace kvpool::daemon

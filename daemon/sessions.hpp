@@ -29,7 +29,7 @@ namespace kvpool::daemon {
 // are made after the sessions (Engine::listen_and_watch), so they are read when used.
 struct SessionLinks {
   const Config& config;
-  shm::ControlWriter& control;     // slot table, stats, the read-only fd every Welcome carries
+  shm::ControlWriter& control;  // slot tables, stats, the read-only fds a Welcome carries
   std::vector<ServedPool>& pools;  // allow-lists, data fds, and what a gone client held
   const shm::UniqueFd& epoll;      // the engine's epoll set (daemon/epoll_tags.hpp)
   const shm::UniqueFd& listen;     // the listening socket
@@ -65,6 +65,8 @@ class Sessions {
   // suspects): connections that never said Hello and clients that never said Ready are
   // dropped, and listening resumes after an EMFILE pause.
   void expire(uint64_t t);
+  // Adds `n` to one of the client's SlotInfo counters, in every pool's slot table it shows in.
+  void bump_slot(const Session& s, std::atomic<uint64_t> shm::SlotInfo::*counter, uint64_t n);
   // At stop: connections that never said Hello are closed.
   void drop_pending() { pending_.clear(); }
 
@@ -83,9 +85,11 @@ class Sessions {
   std::optional<shm::PeerCred> vet_caller(int fd, const proto::Hello& h);
   Session* free_slot_for(int fd, uid_t uid);
   void attach(Session& s, shm::UniqueFd sock, const shm::PeerCred& cred, int control_fd);
+  void observe(shm::UniqueFd sock, const shm::PeerCred& cred, int control_fd);
   bool add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
                     std::vector<shm::UniqueFd>& keep);
-  uint32_t pool_mask_for(uid_t uid, gid_t gid) const;
+  // The pools whose allow-lists admit this peer (uid, gid and supplementary groups).
+  uint32_t pool_mask_for(const shm::PeerCred& cred) const;
   void watch_session(Session& s);
 
   // ---- liveness and reclaim (sessions.cpp) ----

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <span>
@@ -20,6 +21,30 @@ namespace kvpool::daemon {
 
 using shm::SlotState;
 using shm::UniqueFd;
+
+namespace {
+
+// An allow-list pair admits a peer when each list is empty or names it: its uid, and its
+// gid or any of its supplementary groups (a worker added with `usermod -aG kvpool` has the
+// group only as a supplementary one).
+bool admits(const std::vector<uid_t>& uids, const std::vector<gid_t>& gids,
+            const shm::PeerCred& cred) {
+  const bool uid_ok = uids.empty() || std::find(uids.begin(), uids.end(), cred.uid) != uids.end();
+  const bool gid_ok = gids.empty() || std::any_of(gids.begin(), gids.end(), [&](gid_t g) {
+                        return cred.in_group(g);
+                      });
+  return uid_ok && gid_ok;
+}
+
+// "1000,27,100": the gid, then the supplementary groups (for a refusal's message).
+std::string groups_of(const shm::PeerCred& cred) {
+  std::string s = std::to_string(cred.gid);
+  for (gid_t g : cred.groups)
+    if (g != cred.gid) s += "," + std::to_string(g);
+  return s;
+}
+
+}  // namespace
 
 void Sessions::accept_clients() {
   while (true) {
@@ -45,20 +70,46 @@ void Sessions::accept_clients() {
 
 // Connections that have not said Hello cost an fd each and may come from anyone who can
 // reach the socket: cap them in total and per uid, so one user cannot starve the others.
+// When the total cap is reached by users who each stay within theirs (four uids at 16 of
+// 64), a newcomer of a uid with fewer waiting takes the place of the oldest waiting
+// connection of the uid with the most: those users cannot lock a further one out.
 bool Sessions::admit_pending(int fd, uid_t uid) {
-  const size_t mine = static_cast<size_t>(std::count_if(
-      pending_.begin(), pending_.end(), [uid](const Pending& p) { return p.uid == uid; }));
-  std::string why;
-  if (pending_.size() >= links_.config.max_pending_connections) {
-    why = "already " + std::to_string(pending_.size()) +
-          " connections wait for their hello (max_pending_connections)";
-  } else if (mine >= links_.config.max_pending_per_uid) {
-    why = "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
-          " connections waiting for their hello (max_pending_per_uid)";
+  auto waiting = [this](uid_t u) {
+    return static_cast<size_t>(std::count_if(pending_.begin(), pending_.end(),
+                                             [u](const Pending& p) { return p.uid == u; }));
+  };
+  const size_t mine = waiting(uid);
+  if (mine >= links_.config.max_pending_per_uid) {
+    refuse(fd, ErrorCode::kResourceExhausted,
+           "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
+               " connections waiting for their hello (max_pending_per_uid)");
+    return false;
   }
-  if (why.empty()) return true;
-  refuse(fd, ErrorCode::kResourceExhausted, why);
-  return false;
+  if (pending_.size() < links_.config.max_pending_connections) return true;
+  uid_t top = uid;
+  size_t most = mine;
+  for (const Pending& p : pending_) {
+    if (const size_t n = waiting(p.uid); n > most) {
+      most = n;
+      top = p.uid;
+    }
+  }
+  if (most <= mine + 1) {
+    refuse(fd, ErrorCode::kResourceExhausted,
+           "already " + std::to_string(pending_.size()) +
+               " connections wait for their hello (max_pending_connections)");
+    return false;
+  }
+  // pending_ is in accept order: the first of `top` has waited longest.
+  auto oldest = std::find_if(pending_.begin(), pending_.end(),
+                             [top](const Pending& p) { return p.uid == top; });
+  ::epoll_ctl(links_.epoll.get(), EPOLL_CTL_DEL, oldest->sock.get(), nullptr);
+  pending_.erase(oldest);  // closes it
+  spdlog::warn(
+      "max_pending_connections reached: dropped the oldest of uid {}'s {} connections waiting "
+      "for their hello to let uid {} in",
+      top, most, uid);
+  return true;
 }
 
 void Sessions::pause_accepting(const std::string& why) {
@@ -124,16 +175,39 @@ void Sessions::on_hello(UniqueFd sock, const void* msg, size_t len) {
     return;
   }
   if (h.type == proto::MsgType::kObserve) {
-    // kvpoolctl: the control segment, read-only, and nothing else.
-    proto::Welcome w = proto::make_welcome();
-    int fds[1] = {ro->get()};
-    w.num_fds = 1;
-    w.slot = 0xFFFFFFFFu;
-    (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
+    observe(std::move(sock), *cred, ro->get());
     return;
   }
   if (Session* s = free_slot_for(sock.get(), cred->uid))
     attach(*s, std::move(sock), *cred, ro->get());
+}
+
+// kvpoolctl, kvpool-events, the exporter: the control segment and the registry segments of
+// the pools the caller may read, read-only, and nothing else. The pools' allow-lists decide
+// as for a worker; root and the daemon's own uid (who can read the daemon's memory anyway)
+// read every pool.
+void Sessions::observe(UniqueFd sock, const shm::PeerCred& cred, int control_fd) {
+  const bool sees_all = cred.uid == 0 || cred.uid == ::geteuid();
+  const uint32_t pool_mask =
+      sees_all ? (links_.pools.size() >= 32 ? 0xFFFFFFFFu : (1u << links_.pools.size()) - 1)
+               : pool_mask_for(cred);
+  std::vector<int> fds{control_fd};
+  std::vector<UniqueFd> keep;  // open until the Welcome is sent
+  for (uint32_t i = 0; i < links_.pools.size(); ++i) {
+    if ((pool_mask & (1u << i)) == 0) continue;
+    auto reg = links_.control.open_registry_fd(i);
+    if (!reg) {
+      refuse(sock.get(), ErrorCode::kInternal, reg.status().message());
+      return;
+    }
+    fds.push_back(reg->get());
+    keep.push_back(std::move(reg.value()));
+  }
+  proto::Welcome w = proto::make_welcome();
+  w.num_fds = static_cast<uint32_t>(fds.size());
+  w.slot = 0xFFFFFFFFu;
+  w.pool_mask = pool_mask;
+  (void)shm::send_message(sock.get(), std::as_bytes(std::span(&w, 1)), fds);
 }
 
 // The hello is for this instance, from a peer whose credentials the kernel vouches for and
@@ -150,16 +224,14 @@ std::optional<shm::PeerCred> Sessions::vet_caller(int fd, const proto::Hello& h)
     refuse(fd, ErrorCode::kPermissionDenied, cred.status().message());
     return std::nullopt;
   }
-  auto allowed = [](const auto& list, auto v) {
-    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
-  };
-  // Root may always observe (kvpoolctl, kvpool-exporter: the control segment read-only):
-  // the allow-lists decide who attaches as a worker, not who may look.
-  const bool root_observer = h.type == proto::MsgType::kObserve && cred->uid == 0;
-  if (!root_observer && (!allowed(links_.config.allowed_uids, cred->uid) ||
-                         !allowed(links_.config.allowed_gids, cred->gid))) {
+  // Root and the daemon's own uid may always observe (kvpoolctl, kvpool-exporter: the
+  // segments read-only): the instance's allow-lists decide who attaches as a worker, the
+  // pools' allow-lists which registries an observer reads (observe).
+  const bool root_observer =
+      h.type == proto::MsgType::kObserve && (cred->uid == 0 || cred->uid == ::geteuid());
+  if (!root_observer && !admits(links_.config.allowed_uids, links_.config.allowed_gids, *cred)) {
     refuse(fd, ErrorCode::kPermissionDenied,
-           "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
+           "uid " + std::to_string(cred->uid) + " / groups " + groups_of(*cred) +
                " may not attach to instance '" + links_.config.instance +
                "' (allowed_uids/allowed_gids)");
     return std::nullopt;
@@ -167,17 +239,23 @@ std::optional<shm::PeerCred> Sessions::vet_caller(int fd, const proto::Hello& h)
   return cred.value();
 }
 
-// A free slot for a worker of `uid`, within max_clients_per_uid; null once refused.
+// A free slot for a worker of `uid`, within its share of the slots (max_clients_per_uid,
+// or uid_share_percent of max_clients by default); null once refused.
 Session* Sessions::free_slot_for(int fd, uid_t uid) {
-  if (links_.config.max_clients_per_uid != 0) {
+  if (const uint32_t cap = clients_per_uid(links_.config); cap != 0) {
     const auto mine = std::count_if(sessions_.begin(), sessions_.end(), [&](const Session& s) {
       return s.state != SlotState::kFree && s.uid == uid;
     });
-    if (static_cast<uint64_t>(mine) >= links_.config.max_clients_per_uid) {
+    if (static_cast<uint64_t>(mine) >= cap) {
       refuse(fd, ErrorCode::kResourceExhausted,
-             "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) +
-                 " client slots of instance '" + links_.config.instance +
-                 "' (max_clients_per_uid)");
+             "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) + " of the " +
+                 std::to_string(links_.config.max_clients) + " client slots of instance '" +
+                 links_.config.instance + "' (max_clients_per_uid " + std::to_string(cap) +
+                 (links_.config.max_clients_per_uid == 0
+                      ? ", from uid_share_percent " +
+                            std::to_string(links_.config.uid_share_percent)
+                      : std::string()) +
+                 ")");
       return nullptr;
     }
   }
@@ -209,7 +287,7 @@ void Sessions::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int 
     return;
   }
   std::vector<int> fds{control_fd, segfd->get(), bell.get()};
-  const uint32_t pool_mask = pool_mask_for(cred.uid, cred.gid);
+  const uint32_t pool_mask = pool_mask_for(cred);
   std::vector<UniqueFd> pool_fds;  // kept open until the Welcome is sent
   if (!add_pool_fds(sock.get(), pool_mask, fds, pool_fds)) return;
   proto::Welcome w = proto::make_welcome();
@@ -244,14 +322,21 @@ void Sessions::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int 
   watch_session(s);
 }
 
-// Then, in pool order, a data fd for each pool this client may use whose storage travels
-// as one (host pools; device pools publish their CUDA IPC handle in PoolInfo):
-// proto::welcome_carries_fd. Pools closed to it by their allow-lists send nothing.
-// False once refused.
+// Then, in pool order, for each pool this client may use: its registry segment (read-only),
+// and its data fd when its storage travels as one (host pools; device pools publish their
+// CUDA IPC handle in the registry header): proto::welcome_carries_fd. Pools closed to it by
+// their allow-lists send nothing. False once refused.
 bool Sessions::add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
                             std::vector<UniqueFd>& keep) {
   for (size_t i = 0; i < links_.pools.size(); ++i) {
     if ((pool_mask & (1u << i)) == 0) continue;
+    auto reg = links_.control.open_registry_fd(static_cast<uint32_t>(i));
+    if (!reg) {
+      refuse(fd, ErrorCode::kInternal, reg.status().message());
+      return false;
+    }
+    fds.push_back(reg->get());
+    keep.push_back(std::move(reg.value()));
     auto d = links_.pools[i].storage.client_fd();
     if (!d) {
       refuse(fd, ErrorCode::kInternal, d.status().message());
@@ -267,10 +352,13 @@ bool Sessions::add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
 // A new session's slot counters start from zero, and its socket and pidfd join the epoll set.
 void Sessions::watch_session(Session& s) {
   // A new client starts from zero, not from its slot's previous owner's counters.
-  links_.control.slots()[s.slot].requests.store(0, std::memory_order_relaxed);
-  links_.control.slots()[s.slot].protocol_errors.store(0, std::memory_order_relaxed);
-  links_.control.slots()[s.slot].rejected_handles.store(0, std::memory_order_relaxed);
-  links_.control.slots()[s.slot].match_hits.store(0, std::memory_order_relaxed);
+  for (uint32_t p = 0; p < links_.control.num_pools(); ++p) {
+    shm::SlotInfo& i = links_.control.slot(p, s.slot);
+    i.requests.store(0, std::memory_order_relaxed);
+    i.protocol_errors.store(0, std::memory_order_relaxed);
+    i.rejected_handles.store(0, std::memory_order_relaxed);
+    i.match_hits.store(0, std::memory_order_relaxed);
+  }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = event_tag(kSock, s.slot);
@@ -281,14 +369,11 @@ void Sessions::watch_session(Session& s) {
   publish_slot(s);
 }
 
-uint32_t Sessions::pool_mask_for(uid_t uid, gid_t gid) const {
-  auto allowed = [](const auto& list, auto v) {
-    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
-  };
+uint32_t Sessions::pool_mask_for(const shm::PeerCred& cred) const {
   uint32_t mask = 0;
   for (size_t i = 0; i < links_.pools.size(); ++i) {
     const PoolConfig& pc = links_.pools[i].config;
-    if (allowed(pc.allowed_uids, uid) && allowed(pc.allowed_gids, gid)) mask |= 1u << i;
+    if (admits(pc.allowed_uids, pc.allowed_gids, cred)) mask |= 1u << i;
   }
   return mask;
 }

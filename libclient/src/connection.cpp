@@ -88,8 +88,9 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
 
   const auto& ctl_h = control();
   const std::span<const shm::PoolInfo> infos = control_.pool_infos();
-  // After the first three, one descriptor per pool whose storage travels as one, in pool
-  // order (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
+  // After the first three (registry segments already taken by attach_client), one data
+  // descriptor per pool whose storage travels as one, in pool order
+  // (proto::welcome_carries_fd): host pools. Device pools come as an IPC handle.
   size_t pool_fds = 0;
   auto usable = [&w](uint32_t i) { return i < 32 && (w.pool_mask & (1u << i)) != 0; };
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
@@ -117,6 +118,10 @@ Status Connection::handshake(const std::string& instance, const ConnectionOption
   for (uint32_t i = 0; i < ctl_h.num_pools; ++i) {
     shm::PoolInfo info = infos[i];
     info.name[sizeof(info.name) - 1] = '\0';
+    // A device pool's IPC handle travels only in its registry segment (its clients').
+    if (usable(i) && control_.has_pool(i))
+      std::memcpy(info.ipc_handle, control_.registry(i).header().ipc_handle,
+                  sizeof(info.ipc_handle));
     auto layout = Layout::create(info.layout);
     if (!layout) return layout.status();
     PoolView view{info.name, info, layout.value(), shm::Segment(), shm::Segment(), usable(i),

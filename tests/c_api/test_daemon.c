@@ -54,6 +54,7 @@ int test_daemon_start(test_daemon* d, const char* kvpoold_path, const char* pool
   }
   fprintf(f,
           "{\"instance\": \"%s\", \"runtime_dir\": \"%s\", \"max_clients\": 16, "
+          "\"uid_share_percent\": 100, "
           "\"poll_us\": 20, \"log_level\": \"warn\", \"pools\": %s}\n",
           d->instance, d->dir, pools_json);
   fclose(f);

@@ -24,6 +24,7 @@
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/pool/arena.hpp"
+#include "kvpool/shm/registry_segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 #include "support/daemon_process.hpp"
 #include "support/process.hpp"
@@ -56,8 +57,9 @@ json pool_config(const std::string& name, const LayoutConfig& l) {
         {"kind", l.kind == LayoutKind::kFullyContiguous ? "fully_contiguous" : "layer_separate"}}}};
 }
 
+// uid_share_percent 100: a test allocates a whole pool (to evict) as its one uid.
 json daemon_config(const std::vector<json>& pools) {
-  return {{"max_clients", 8}, {"pools", pools}};
+  return {{"max_clients", 8}, {"pools", pools}, {"uid_share_percent", 100}};
 }
 
 RunResult ctl(const std::vector<std::string>& args) {
@@ -637,7 +639,8 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
 
   // Scribble on block 5's state, as a bug in the engine would (the engine is idle and
   // block 5 is deep in the free list, so nothing else notices).
-  std::string name = control_segment_name(d->instance());
+  // Pool g2's arena lives in its registry segment (shm/registry_segment.hpp).
+  std::string name = control_segment_name(d->instance()) + ".reg.g2";
   int fd = open_memfd_of(d->pid(), name, O_RDWR);
   ASSERT_GE(fd, 0) << name;
   struct stat st {};
@@ -646,9 +649,8 @@ TEST(KvpoolctlCheck, ReportsACorruptedArena) {
       ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   ::close(fd);
   ASSERT_NE(base, MAP_FAILED);
-  auto* h = reinterpret_cast<shm::ControlHeader*>(base);
-  auto* info = reinterpret_cast<shm::PoolInfo*>(base + h->pools_offset);
-  auto* arena = reinterpret_cast<pool::ArenaHeader*>(base + info->arena_offset);
+  auto* h = reinterpret_cast<shm::RegistryHeader*>(base);
+  auto* arena = reinterpret_cast<pool::ArenaHeader*>(base + h->arena_offset);
   auto* blocks =
       reinterpret_cast<pool::BlockMeta*>(reinterpret_cast<char*>(arena) + arena->off_blocks);
   uint8_t saved = blocks[5].state;

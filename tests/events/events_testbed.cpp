@@ -109,10 +109,16 @@ void ForwarderProcess::start() {
   stderr_path_ = dir_ + "/events." + std::to_string(++starts_) + ".stderr";
   auto fd = open_log(stderr_path_);
   proc_ = std::make_unique<ChildProcess>();
-  proc_->spawn({KVPOOL_EVENTS_PATH, "--instance", instance_, "--runtime-dir", runtime_dir_,
-                "--nats-url", url_, "--namespace", subject_.ns, "--component", subject_.component,
-                "--worker-id", std::to_string(worker_id_)},
-               child_environment(), -1, fd.get(), fd.get());
+  std::vector<std::string> argv;
+  if (uid_ != 0)
+    argv = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid_),
+            "--regid=" + std::to_string(uid_), "--clear-groups"};
+  for (std::string a : {std::string(KVPOOL_EVENTS_PATH), std::string("--instance"), instance_,
+                        std::string("--runtime-dir"), runtime_dir_, std::string("--nats-url"), url_,
+                        std::string("--namespace"), subject_.ns, std::string("--component"),
+                        subject_.component, std::string("--worker-id"), std::to_string(worker_id_)})
+    argv.push_back(a);
+  proc_->spawn(argv, child_environment(), -1, fd.get(), fd.get());
 }
 
 void ForwarderProcess::kill(int sig) {

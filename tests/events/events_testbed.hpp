@@ -64,6 +64,9 @@ class ForwarderProcess {
  public:
   ForwarderProcess(const DaemonProcess& daemon, std::string nats_url, Subject subject,
                    int64_t worker_id);
+  // The next start() runs it as this uid (and gid, no supplementary groups), through
+  // setpriv; the test runs as root. 0: as the test.
+  void run_as(uid_t uid) { uid_ = uid; }
   void start();
   void kill(int sig);
   void kill9_and_reap();
@@ -76,6 +79,7 @@ class ForwarderProcess {
   std::string instance_, runtime_dir_, dir_, url_;
   Subject subject_;
   int64_t worker_id_;
+  uid_t uid_ = 0;
   int starts_ = 0;
   std::string stderr_path_;
   std::unique_ptr<ChildProcess> proc_;

@@ -40,12 +40,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -226,6 +230,38 @@ struct Holdings {
   std::vector<ImmutableBlock> imm;
 };
 
+// "scan-mapped HEX HEX ...": looks for each byte string (hex, as it lies in memory) in every
+// shared mapping of this process that came from kvpoold (its memfds: control, registry,
+// client and pool segments), i.e. in everything the daemon let this process read. Answers
+// "OK found=<indices of the strings found, comma-separated> mappings=<memfd mappings read>".
+std::string scan_mapped(const std::string& args) {
+  std::vector<std::string> needles;
+  std::istringstream in(args);
+  for (std::string hex; in >> hex;) {
+    std::string bytes;
+    for (size_t i = 0; i + 1 < hex.size(); i += 2)
+      bytes.push_back(static_cast<char>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+    needles.push_back(bytes);
+  }
+  std::ifstream maps("/proc/self/maps");
+  std::set<size_t> found;
+  uint32_t mappings = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:") == std::string::npos) continue;
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r')
+      continue;
+    ++mappings;
+    std::string_view mem(reinterpret_cast<const char*>(lo), hi - lo);
+    for (size_t k = 0; k < needles.size(); ++k)
+      if (!needles[k].empty() && mem.find(needles[k]) != std::string_view::npos) found.insert(k);
+  }
+  std::string list;
+  for (size_t k : found) list += (list.empty() ? "" : ",") + std::to_string(k);
+  return "OK found=" + list + " mappings=" + std::to_string(mappings);
+}
+
 void serve(Client& client, const Pool& pool, Holdings& held) {
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -275,6 +311,8 @@ void serve(Client& client, const Pool& pool, Holdings& held) {
       volatile auto* p = const_cast<std::byte*>(*a);
       *p = std::byte{0x5A};
       say("WROTE");
+    } else if (line.rfind("scan-mapped ", 0) == 0) {
+      say(scan_mapped(line.substr(12)));
     } else if (line == "release") {
       held.mut.clear();
       held.imm.clear();
@@ -466,7 +504,10 @@ int main(int argc, char** argv) {
       auto h = fill_chain(*pool, *blocks, a.num("salt", 99), a.num("token-base", 5000));
       if (!h) die(h.status());
       hashes = *h;
-      auto reg = pool->register_blocks(std::move(*blocks));
+      // --send-tokens 1: the blocks' token ids go to the pool's event ring (its token area).
+      RegisterOptions ro;
+      ro.send_tokens = a.num("send-tokens", 0) != 0;
+      auto reg = pool->register_blocks(std::move(*blocks), ro);
       if (!reg) die(reg.status());
       reg_ids = ids_of(*reg);
       for (auto& b : *reg) held.imm.push_back(b);

@@ -522,6 +522,145 @@ TEST(TrustBoundary, SlotsPerUidAreCapped) {
   EXPECT_TRUE(contains(c.status().message(), "max_clients_per_uid")) << c.status().message();
 }
 
+// ---- Issue 27 item 5: one uid's share is capped by default ------------------------------------
+
+// The shipped default (uid_share_percent 87), which test_config() turns off.
+nlohmann::json default_share_config(nlohmann::json pools = nullptr) {
+  auto cfg = test_config(std::move(pools));
+  cfg.erase("uid_share_percent");
+  return cfg;
+}
+
+// A worker of uid nobody on pool g holding `mutable` blocks; the socket opened to it.
+std::unique_ptr<WorkerProcess> nobody_holding(const DaemonProcess& d, uint32_t mutable_blocks) {
+  EXPECT_EQ(::chmod(d.socket_path().c_str(), 0666), 0);
+  EXPECT_EQ(::chmod(d.dir().c_str(), 0755), 0);
+  auto w = std::make_unique<WorkerProcess>(
+      d, "holder",
+      std::vector<std::string>{"--as-gid", "65534", "--as-uid", "65534", "--mutable",
+                               std::to_string(mutable_blocks), "--register", "0"});
+  w->expect_line("READY");
+  w->expect_line("HOLDING");
+  return w;
+}
+
+TEST(TrustBoundary, OneUidTakesAtMostItsShareOfTheSlotsByDefault) {
+  auto cfg = default_share_config();
+  cfg["max_clients"] = 8;  // 87 % of 8: 6 slots for one uid, 2 left for the others
+  DaemonProcess d(cfg);
+  d.start();
+  std::vector<Client> mine;
+  for (int i = 0; i < 6; ++i) mine.push_back(connect_client(d));
+  ConnectOptions o;
+  o.runtime_dir = d.runtime_dir();
+  auto seventh = Client::connect(d.instance(), o);
+  ASSERT_FALSE(seventh) << "one uid took a 7th of 8 slots under the default share";
+  EXPECT_EQ(seventh.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(contains(seventh.status().message(), "max_clients_per_uid 6, from uid_share_percent 87"))
+      << seventh.status().message();
+  // Another uid still gets a slot.
+  auto other = nobody_holding(d, 1);
+  EXPECT_EQ(other->command("ping").rfind("OK", 0), 0u);
+}
+
+TEST(TrustBoundary, OneUidTakesAtMostItsShareOfAPoolOverAllItsClientsByDefault) {
+  DaemonProcess d(default_share_config(nlohmann::json::array({host_pool("g", 16)})));
+  d.start();
+  // 87 % of 16 blocks: 13 for one uid however many clients it spreads them over.
+  Client a = connect_client(d);
+  Client b = connect_client(d);
+  auto ha = pool_of(a).allocate_blocks(8);
+  ASSERT_TRUE(ha) << ha.status().to_string();
+  auto hb = pool_of(b).allocate_blocks(5);
+  ASSERT_TRUE(hb) << hb.status().to_string();
+  auto more = pool_of(b).allocate_blocks(1);
+  ASSERT_FALSE(more) << "uid 0 took a 14th block of 16 over two clients";
+  EXPECT_EQ(more.status().code(), ErrorCode::kQuotaExceeded);
+  EXPECT_TRUE(contains(more.status().message(), "uid 0 holds 13 of pool 'g''s 16 blocks over 2 client(s)"))
+      << more.status().message();
+  EXPECT_TRUE(contains(more.status().message(), "uid_share_percent 87")) << more.status().message();
+  // A third client of the same uid is held to the same share; a match counts too.
+  Client c = connect_client(d);
+  auto hc = pool_of(c).allocate_blocks(1);
+  ASSERT_FALSE(hc);
+  EXPECT_EQ(hc.status().code(), ErrorCode::kQuotaExceeded);
+  // More than the pool has is still the pool's own answer.
+  auto too_many = pool_of(c).allocate_blocks(17);
+  ASSERT_FALSE(too_many);
+  EXPECT_EQ(too_many.status().code(), ErrorCode::kNotEnoughBlocks);
+  // Another uid gets the rest.
+  auto other = nobody_holding(d, 3);
+  // Given back, the share is free again.
+  ha->clear();
+  a.flush();
+  auto v = d.view();
+  wait_until([&] { return v.counts(0).mutable_blocks == 8; }, 10s, "uid 0's 8 blocks back",
+             [&] { return v.describe(); });
+  auto again = pool_of(b).allocate_blocks(8);
+  EXPECT_TRUE(again) << again.status().to_string();
+}
+
+// Issue 27 item 6: users who each stay within max_pending_per_uid but together fill
+// max_pending_connections do not lock a further user out.
+TEST(TrustBoundary, UsersFillingThePendingCapDoNotLockOutAnotherUser) {
+  auto cfg = test_config();
+  cfg["max_pending_connections"] = 8;
+  cfg["max_pending_per_uid"] = 4;
+  cfg["attach_timeout_ms"] = 60000;  // they wait for their hello all along
+  DaemonProcess d(cfg);
+  d.start();
+  ASSERT_EQ(::chmod(d.socket_path().c_str(), 0666), 0);
+  ASSERT_EQ(::chmod(d.dir().c_str(), 0755), 0);
+  // Two uids, four silent connections each: 8 of 8 wait for their hello.
+  std::vector<pid_t> holders;
+  int hold[2];
+  ASSERT_EQ(::pipe2(hold, O_CLOEXEC), 0);
+  for (uid_t uid : {61001u, 61002u}) {
+    int ready[2];
+    ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+    const std::string path = d.socket_path();
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // only async-signal-safe calls after fork
+      ::close(hold[1]);  // so that the read below sees EOF once the test closes its end
+      if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(2);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+      for (int i = 0; i < 4; ++i) {
+        int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) ::_exit(3);
+      }
+      char one = 1;
+      (void)!::write(ready[1], &one, 1);
+      char b;
+      (void)!::read(hold[0], &b, 1);  // until the test closes its end
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    char b = 0;
+    ASSERT_EQ(::read(ready[0], &b, 1), 1) << "uid " << uid << " could not connect 4 times";
+    ::close(ready[0]);
+    holders.push_back(pid);
+  }
+  // The daemon accepts in connect order: these 8 are pending before our connection is.
+  ConnectOptions o;
+  o.runtime_dir = d.runtime_dir();
+  auto c = Client::connect(d.instance(), o);
+  EXPECT_TRUE(c) << "locked out by two users' pending connections: " << c.status().to_string();
+  if (c) {
+    EXPECT_TRUE(c->ping().is_ok());
+  }
+  EXPECT_TRUE(contains(d.stderr_text(), "max_pending_connections reached: dropped the oldest"))
+      << d.stderr_text();
+  ::close(hold[1]);
+  ::close(hold[0]);
+  for (pid_t pid : holders) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+  }
+}
+
 TEST(TrustBoundary, AcceptAtTheDescriptorLimitBacksOffInsteadOfSpinning) {
   auto cfg = test_config();
   cfg["max_pending_connections"] = 512;

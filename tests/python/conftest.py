@@ -62,7 +62,7 @@ class Daemon:
         self.instance = f"py{os.getpid()}-{next(_counter)}"
         self.runtime_dir = self.dir
         config = {"instance": self.instance, "runtime_dir": self.runtime_dir, "max_clients": 16,
-                  "poll_us": poll_us, "log_level": "info",
+                  "uid_share_percent": 100, "poll_us": poll_us, "log_level": "info",
                   "pools": pools or [host_pool()]}
         self.config_path = os.path.join(self.dir, "kvpoold.json")
         with open(self.config_path, "w") as f:

@@ -149,7 +149,7 @@ class Stress {
   }
 
   const shm::ControlHeader* ctl() const { return &control_.header(); }
-  const shm::SlotInfo* slots() const { return control_.slots().data(); }
+  const shm::SlotInfo& slot(uint32_t i) const { return control_.slot(i); }
   pool::PoolCounts counts() const { return control_.arena(0).counts(); }  // relaxed loads
 
   bool start_daemon() {
@@ -190,9 +190,9 @@ class Stress {
     // no death to notice, and is not held to one.
     std::set<pid_t> attached;
     for (uint32_t i = 0; i < ctl()->max_clients; ++i)
-      if (slots()[i].state.load(std::memory_order_acquire) !=
+      if (slot(i).state.load(std::memory_order_acquire) !=
           static_cast<uint32_t>(shm::SlotState::kFree))
-        attached.insert(static_cast<pid_t>(slots()[i].pid.load(std::memory_order_relaxed)));
+        attached.insert(static_cast<pid_t>(slot(i).pid.load(std::memory_order_relaxed)));
     if (o_.keep_cache) {
       // The supervisor (daemon_) starts the next kvpoold, which adopts the pool.
       const uint64_t epoch = control_.epoch();
@@ -243,9 +243,9 @@ class Stress {
     auto waiting = [&] {
       std::set<pid_t> back;
       for (uint32_t i = 0; i < ctl()->max_clients; ++i)
-        if (slots()[i].state.load(std::memory_order_acquire) !=
+        if (slot(i).state.load(std::memory_order_acquire) !=
             static_cast<uint32_t>(shm::SlotState::kFree))
-          back.insert(static_cast<pid_t>(slots()[i].pid.load(std::memory_order_relaxed)));
+          back.insert(static_cast<pid_t>(slot(i).pid.load(std::memory_order_relaxed)));
       size_t n = 0;
       for (auto& [pid, _] : workers_) n += attached.count(pid) != 0 && back.count(pid) == 0;
       return n;
@@ -315,8 +315,8 @@ class Stress {
     // The victim's slot, if it attached already.
     int slot = -1;
     for (uint32_t i = 0; i < ctl()->max_clients; ++i)
-      if (slots()[i].pid.load(std::memory_order_relaxed) == victim &&
-          slots()[i].state.load(std::memory_order_acquire) ==
+      if (slot(i).pid.load(std::memory_order_relaxed) == victim &&
+          slot(i).state.load(std::memory_order_acquire) ==
               static_cast<uint32_t>(shm::SlotState::kAttached))
         slot = static_cast<int>(i);
     auto t0 = Clock::now();
@@ -338,9 +338,9 @@ class Stress {
       // (a loaded CI machine takes far longer than the daemon's own figure, reported below).
       constexpr double kHangMs = 10000;
       while (ms_since(t0) < kHangMs) {
-        bool freed = slots()[slot].state.load(std::memory_order_acquire) !=
+        bool freed = slot(slot).state.load(std::memory_order_acquire) !=
                          static_cast<uint32_t>(shm::SlotState::kAttached) ||
-                     slots()[slot].pid.load(std::memory_order_relaxed) != victim;
+                     slot(slot).pid.load(std::memory_order_relaxed) != victim;
         if (freed && ctl()->stats.reclaimed_clients.load(std::memory_order_acquire) > before) break;
         std::this_thread::yield();
       }
@@ -348,7 +348,7 @@ class Stress {
       if (ms >= kHangMs) {
         violation("worker " + std::to_string(victim) + " was not reclaimed within 10 s (slot " +
                   std::to_string(slot) + " state " +
-                  std::to_string(slots()[slot].state.load(std::memory_order_acquire)) + ")");
+                  std::to_string(slot(slot).state.load(std::memory_order_acquire)) + ")");
       } else {
         latencies_.push_back(ms);
         // The daemon's own timestamps (CLOCK_MONOTONIC, as steady_clock here) of this reclaim:

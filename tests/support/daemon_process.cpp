@@ -62,15 +62,17 @@ PoolLook DaemonView::pool(uint32_t i) const {
 
 uint32_t DaemonView::clients() const {
   uint32_t n = 0;
-  for (const shm::SlotInfo& s : control_.slots())
-    n += s.state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kFree);
+  for (uint32_t i = 0; i < control_.max_clients(); ++i)
+    n += control_.slot(i).state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kFree);
   return n;
 }
 
 std::string DaemonView::describe() const {
   auto rl = [](const auto& a) { return std::to_string(a.load(std::memory_order_relaxed)); };
   std::string s;
-  for (const pool::ArenaView& p : control_.arenas()) {
+  for (uint32_t i = 0; i < control_.num_pools(); ++i) {
+    if (!control_.has_pool(i)) continue;
+    const pool::ArenaView& p = control_.arena(i);
     auto c = p.counts();
     s += "pool '" + p.name() + "': total " + std::to_string(c.total) + " free " +
          std::to_string(c.free) + " mutable " + std::to_string(c.mutable_blocks) + " active " +
@@ -100,7 +102,10 @@ nlohmann::json host_pool(const std::string& name, uint32_t blocks, uint32_t page
 
 nlohmann::json test_config(nlohmann::json pools) {
   if (pools.is_null()) pools = nlohmann::json::array({host_pool("g", 64)});
-  return {{"max_clients", 16}, {"poll_us", 20}, {"log_level", "info"}, {"pools", pools}};
+  // uid_share_percent 100: these tests run one uid that takes whole pools and every slot
+  // (evictions, exhaustion); the per-uid defaults have tests of their own (trust_test.cpp).
+  return {{"max_clients", 16},   {"poll_us", 20},          {"log_level", "info"},
+          {"pools", pools},      {"uid_share_percent", 100}};
 }
 
 // ---- daemon ----------------------------------------------------------------------------------

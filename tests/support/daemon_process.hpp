@@ -73,7 +73,8 @@ class DaemonView {
 // A small host pool: `blocks` blocks of 2 layers x 2 (K,V) x page_size tokens x 16 x 2 B.
 nlohmann::json host_pool(const std::string& name, uint32_t blocks, uint32_t page_size = 4);
 // A daemon config for tests: one pool "g" (64 blocks, page 4), little spinning (the test
-// machine may have two cores), info logging. instance and runtime_dir are filled in by
+// machine may have two cores), info logging, no per-uid share (uid_share_percent 100: one
+// uid may take whole pools). instance and runtime_dir are filled in by
 // DaemonProcess.
 nlohmann::json test_config(nlohmann::json pools = nullptr);
 

@@ -24,7 +24,7 @@ unit="$src/kvpoold.service"
 for key in 'Type=notify' 'NotifyAccess=main' 'WatchdogSec=10s' 'Restart=on-failure' \
            'RuntimeDirectory=kvpool' 'RuntimeDirectoryMode=0750' 'User=kvpool' 'Group=kvpool' \
            'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpoold.json --keep-cache' \
-           'FileDescriptorStoreMax=64' \
+           'FileDescriptorStoreMax=128' \
            'NoNewPrivileges=yes' 'ProtectSystem=strict' 'RestrictAddressFamilies=AF_UNIX'; do
   grep -qx "$key" "$unit" || fail "kvpoold.service lacks the line '$key'"
 done

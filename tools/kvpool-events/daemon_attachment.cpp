@@ -35,10 +35,11 @@ Result<std::unique_ptr<DaemonAttachment>> DaemonAttachment::attach(const std::st
   std::unique_ptr<DaemonAttachment> a(new DaemonAttachment());
   a->control_ = std::move(control.value());
   if (!a->control_.has_event_ring())
-    return Status(ErrorCode::kUnsupported, "kvpoold of instance '" + instance +
-                                               "' has no event ring (\"event_ring_slots\": 0 in "
-                                               "its config)");
-  auto ring = a->control_.event_ring();
+    return Status(ErrorCode::kUnsupported,
+                  "kvpoold of instance '" + instance +
+                      "' has no event ring this uid may read (\"event_ring_slots\": 0 in its "
+                      "config, or no pool open to this uid)");
+  auto ring = shm::PoolEventRings::open(a->control_);
   if (!ring) return ring.status();
   a->ring_ = ring.value();
   return a;
@@ -70,6 +71,7 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
   std::vector<AlignedBuffer> copies(np);
   std::vector<pool::PoolCore> cores(np);
   for (uint32_t i = 0; i < np; ++i) {
+    if (!control_.has_pool(i)) continue;  // closed to this process: not forwarded
     copies[i] = aligned_buffer(control_.arena(i).bytes());
     if (!copies[i])
       return Status(ErrorCode::kResourceExhausted, "no memory for a registry snapshot");
@@ -80,10 +82,11 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
   for (uint32_t attempt = 1; attempt <= max_attempts; ++attempt) {
     if (attempt > 1) std::this_thread::yield();  // let the engine finish its call
     snap.attempts = attempt;
-    const uint64_t resume = ring_.published();
+    const std::vector<uint64_t> resume = ring_.published();
     bool quiet = true;
     bool attached = true;
     for (uint32_t i = 0; i < np; ++i) {
+      if (!control_.has_pool(i)) continue;
       const pool::ArenaView& live = control_.arena(i);
       // The arena's seqlock: a copy the writer did not change meanwhile. Every pool is
       // copied even after a torn one (a best-effort copy is kept as the last resort).
@@ -100,6 +103,7 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
     if (!attached) continue;
     bool invariants = true;
     for (uint32_t i = 0; i < np && invariants; ++i) {
+      if (!control_.has_pool(i)) continue;
       if (Status s = cores[i].check_invariants(); !s.is_ok()) {
         last_error = s;
         invariants = false;
@@ -108,6 +112,7 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
     // A torn copy of a busy daemon is kept only as the last resort (see RegistrySnapshot).
     if (!(quiet && invariants) && attempt < max_attempts) continue;
     for (uint32_t i = 0; i < np; ++i) {
+      if (!control_.has_pool(i)) continue;
       for (uint32_t id = 0; id < cores[i].num_blocks(); ++id) {
         const pool::BlockMeta& b = cores[i].block(id);
         const auto st = static_cast<pool::BlockStateCode>(b.state);
@@ -117,7 +122,7 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
             {b.sequence_hash, b.block_hash, has_parent ? b.parent_hash : 0, i, has_parent});
       }
     }
-    snap.resume_id = resume;
+    snap.resume_ids = resume;
     snap.consistent = quiet && invariants;
     return snap;
   }

@@ -1,6 +1,8 @@
 // A read-only attachment to one running kvpoold, as kvpool-events needs it: the control
-// segment (through shm::observe, like kvpoolctl), its event ring, and consistent
-// snapshots of its pools' registries. Nothing here can write to the daemon's memory.
+// segment and the registry segments of the pools this process may read (through
+// shm::observe, like kvpoolctl; the pools' allow-lists decide, root and the daemon's uid read
+// all), their event rings as one stream, and consistent snapshots of their registries.
+// Nothing here can write to the daemon's memory.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include "kvpool/core/status.hpp"
 #include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "kvpool/shm/pool_event_rings.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 #include "tools/kvpool-events/message_builder.hpp"
 #include "tools/kvpool-events/pool_meta.hpp"
@@ -18,10 +21,10 @@
 namespace kvpool::events {
 
 struct RegistrySnapshot {
-  std::vector<RegisteredBlock> blocks;  // every pool's active and inactive blocks
-  // Replay the ring from this id on top of the snapshot: every change the copy may have
-  // missed (or half-seen) has an event at or after it.
-  uint64_t resume_id = 1;
+  std::vector<RegisteredBlock> blocks;  // every readable pool's active and inactive blocks
+  // Replay each ring from its id here (PoolEventRings::seek) on top of the snapshot: every
+  // change the copy may have missed (or half-seen) has an event at or after it.
+  std::vector<uint64_t> resume_ids;
   uint32_t attempts = 0;
   // Every pool was copied between two calls of the daemon (its write sequence even and
   // unchanged) and passed check_invariants. False: the daemon was never quiet for long
@@ -31,11 +34,12 @@ struct RegistrySnapshot {
 
 class DaemonAttachment {
  public:
-  // kNotFound when no kvpoold serves the instance; kUnsupported when it has no event ring.
+  // kNotFound when no kvpoold serves the instance; kUnsupported when it has no event ring
+  // this process may read.
   static Result<std::unique_ptr<DaemonAttachment>> attach(const std::string& instance,
                                                           const std::string& runtime_dir);
 
-  shm::EventRingReader& ring() { return ring_; }
+  shm::PoolEventRings& ring() { return ring_; }
   // False once the daemon is stopping or its process is gone (a restarted daemon has a new
   // control segment: attach again).
   bool daemon_alive() const;
@@ -58,7 +62,7 @@ class DaemonAttachment {
   DaemonAttachment() = default;
 
   shm::ControlReader control_;
-  shm::EventRingReader ring_;
+  shm::PoolEventRings ring_;
 };
 
 }  // namespace kvpool::events

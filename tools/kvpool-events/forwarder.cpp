@@ -1,5 +1,6 @@
 #include "tools/kvpool-events/forwarder.hpp"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <thread>
@@ -22,18 +23,18 @@ Forwarder::Forwarder(ForwarderOptions options, std::unique_ptr<EventOutput> outp
 Forwarder::~Forwarder() = default;
 
 Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
-  shm::EventRingReader& ring = daemon_->ring();
+  shm::PoolEventRings& ring = daemon_->ring();
   shm::EventRecord rec;
   while (*read < max) {
     auto o = ring.next(&rec);
-    if (o == shm::EventRingReader::Outcome::kEvent) {
+    if (o == shm::PoolEventRings::Outcome::kEvent) {
       // Token ids (a client's send_tokens) or none: read_tokens never gives another
       // record's, and a reader too far behind gets none (counted).
       if (rec.has_tokens() && !ring.read_tokens(rec, &tokens_)) ++stats_.tokens_lost;
       output_->add(
           rec, rec.has_tokens() ? std::span<const uint32_t>(tokens_) : std::span<const uint32_t>());
       ++*read;
-    } else if (o == shm::EventRingReader::Outcome::kLapped) {
+    } else if (o == shm::PoolEventRings::Outcome::kLapped) {
       ++stats_.laps;
       stats_.lost_events += ring.lost();
       spdlog::warn("fell a lap behind the event ring ({} event(s) lost); resyncing", ring.lost());
@@ -74,13 +75,15 @@ void Forwarder::resync(const char* why) {
   }
   if (!snap->consistent) ++stats_.torn_snapshots;
   output_->resync(snap->blocks);
-  daemon_->ring().seek(snap->resume_id);
+  daemon_->ring().seek(snap->resume_ids);
   ++stats_.resyncs;
   need_resync_ = !output_->in_sync();
   spdlog::info(
-      "resync ({}): cleared + {} registered block(s) as {}, replaying the ring from event {}{}",
+      "resync ({}): cleared + {} registered block(s) as {}, replaying the rings from events "
+      "{}{}",
       why, snap->blocks.size(), need_resync_ ? "a failed publish" : "stored events",
-      snap->resume_id, snap->consistent ? "" : " (busy daemon: best-effort snapshot)");
+      fmt::join(snap->resume_ids, "/"),
+      snap->consistent ? "" : " (busy daemon: best-effort snapshot)");
 }
 
 void Forwarder::idle(uint32_t& idle_rounds) {
@@ -107,11 +110,7 @@ void Forwarder::update_gauges() {
   gauges_.attached.store(daemon_ ? 1 : 0, r);
   gauges_.nats_connected.store(output_->connected() ? 1 : 0, r);
   uint64_t lag = 0;
-  if (daemon_) {
-    const shm::EventRingReader& ring = daemon_->ring();
-    const uint64_t pos = ring.position() == 0 ? 1 : ring.position();  // ids start at 1
-    lag = ring.published() > pos ? ring.published() - pos : 0;
-  }
+  if (daemon_) lag = daemon_->ring().lag();
   gauges_.lag.store(lag, r);
 }
 
@@ -160,7 +159,7 @@ Status Forwarder::run() {
       // the previous one's registry whole (then they have it already).
       if (continues()) {
         need_resync_ = false;
-        daemon_->ring().seek(1);  // every event of the new daemon (a lap: resync)
+        daemon_->ring().seek_to_start();  // every event of the new daemon (a lap: resync)
         spdlog::info(
             "kvpoold epoch {:016x} adopted every pool of epoch {:016x} and dropped no block: "
             "the routers' view holds, no resync",

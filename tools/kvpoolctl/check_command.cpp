@@ -58,8 +58,8 @@ PoolResult check_pool(const ctl::ControlView& v, size_t index) {
 
   for (r.attempts = 1; r.attempts <= kMaxAttempts; ++r.attempts) {
     for (uint32_t i = 0; i < max_clients; ++i) {
-      state_before[i] = v.slots[i].state.load(std::memory_order_acquire);
-      gen_before[i] = v.slots[i].generation.load(std::memory_order_relaxed);
+      state_before[i] = v.slot(i).state.load(std::memory_order_acquire);
+      gen_before[i] = v.slot(i).generation.load(std::memory_order_relaxed);
     }
     if (!live.copy_to(copy.get())) {  // the engine wrote meanwhile: the copy may be torn
       backoff(r.attempts);
@@ -77,8 +77,8 @@ PoolResult check_pool(const ctl::ControlView& v, size_t index) {
     }
     // A slot that was free (same generation) all along the copy must hold nothing.
     for (uint32_t i = 0; i < max_clients && i < core->max_owners(); ++i) {
-      uint32_t state = v.slots[i].state.load(std::memory_order_acquire);
-      uint32_t gen = v.slots[i].generation.load(std::memory_order_relaxed);
+      uint32_t state = v.slot(i).state.load(std::memory_order_acquire);
+      uint32_t gen = v.slot(i).generation.load(std::memory_order_relaxed);
       if (state != static_cast<uint32_t>(shm::SlotState::kFree) || state_before[i] != state ||
           gen_before[i] != gen)
         continue;

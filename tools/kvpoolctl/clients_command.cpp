@@ -33,7 +33,7 @@ nlohmann::json clients_json(const ctl::ControlView& v) {
   const uint64_t now = now_ns(CLOCK_REALTIME);
   nlohmann::json out = nlohmann::json::array();
   for (uint32_t slot = 0; slot < v.header->max_clients; ++slot) {
-    const shm::SlotInfo& si = v.slots[slot];
+    const shm::SlotInfo& si = v.slot(slot);
     uint32_t state = si.state.load(std::memory_order_acquire);
     if (state == static_cast<uint32_t>(shm::SlotState::kFree)) continue;
     uint64_t attached = rl(si.attach_time_ns);

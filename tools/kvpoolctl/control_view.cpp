@@ -47,6 +47,12 @@ std::string layout_kind_config_name(LayoutKind kind) {
   return "unknown(" + std::to_string(static_cast<uint32_t>(kind)) + ")";
 }
 
+int ControlView::position_of(uint32_t index) const {
+  for (size_t k = 0; k < pool_index.size(); ++k)
+    if (pool_index[k] == index) return static_cast<int>(k);
+  return -1;
+}
+
 SlotHoldings slot_holdings(const pool::ArenaView& pool, uint32_t slot) {
   return pool.holdings(slot);
 }

@@ -13,12 +13,21 @@
 
 namespace kvpool::ctl {
 
+// Only what the caller may read: the pools whose registry segment the daemon gave it (the
+// pools' allow-lists; root and the daemon's uid get all), and the clients of those pools.
 struct ControlView {
   shm::ControlReader control;  // validated once (shm/control_segment.hpp); const access only
   const shm::ControlHeader* header = nullptr;
+  // The pools this caller may read, in pool order: pool_index[k] is the daemon's index of
+  // pool_infos[k] and pools[k] (control.arena(pool_index[k])).
   std::vector<const shm::PoolInfo*> pool_infos;
-  std::vector<pool::ArenaView> pools;  // control.arena(i), each
-  const shm::SlotInfo* slots = nullptr;
+  std::vector<pool::ArenaView> pools;
+  std::vector<uint32_t> pool_index;
+  // Client slot i as this caller may see it (free and zero unless it shares a pool with it).
+  const shm::SlotInfo& slot(uint32_t i) const { return control.slot(i); }
+  // The position in `pools` of the daemon's pool `index`, or -1 when this caller may not
+  // read it.
+  int position_of(uint32_t index) const;
 };
 
 // Asks the daemon of `instance` for its control segment. Throws CommandError with one

@@ -1,11 +1,13 @@
 // kvpoolctl events [--instance NAME] [--runtime-dir DIR] [--json] [--follow]
 //                  [--last N | --all | --new]
-// Tails the daemon's event ring (docs/design.md §7): the last 20 events (like tail; --all: what
-// the ring still holds, which may be 65536 records), then (--follow)
+// Tails the event rings of the pools the caller may read (docs/design.md §7; one ring per
+// pool, each with its own event ids): the last 20 events of each (like tail; --all: what the
+// rings still hold, which may be 65536 records each), then (--follow)
 // every new Stored / Removed / Cleared record as it is appended, until the daemon stops or
 // the user interrupts. A reader never writes the ring, so tailing costs the daemon nothing;
 // one that falls a lap behind says how many records it lost and goes on.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,6 +23,7 @@
 #include "commands.hpp"
 #include "control_view.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "kvpool/shm/pool_event_rings.hpp"
 
 namespace kvpool {
 namespace {
@@ -45,10 +48,11 @@ const char* type_name(shm::EventType t) {
 }
 
 std::string pool_name(const ctl::ControlView& v, uint32_t index) {
-  return index < v.pools.size() ? v.pools[index].name() : "#" + std::to_string(index);
+  const int k = v.position_of(index);
+  return k >= 0 ? v.pools[static_cast<size_t>(k)].name() : "#" + std::to_string(index);
 }
 
-void print_event(const ctl::ControlView& v, const shm::EventRingReader& ring,
+void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
                  const shm::EventRecord& r, bool json) {
   const shm::EventPayload& p = r.payload;
   // A client's send_tokens: the block's token ids, if the ring still holds them.
@@ -126,21 +130,22 @@ void run_events(const EventsOptions& o) {
   ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
   if (!v.control.has_event_ring())
     throw CommandError("kvpoold of instance '" + o.instance +
-                       "' keeps no event ring (\"event_ring_slots\": 0 in its config)");
-  auto reader = v.control.event_ring();  // its bounds were checked when the view was opened
+                       "' keeps no event ring this uid may read (\"event_ring_slots\": 0 in "
+                       "its config, or no pool open to uid " +
+                       std::to_string(::getuid()) + ")");
+  // The ring of each pool this caller may read (its registry segment), as one stream.
+  auto reader = shm::PoolEventRings::open(v.control);
   if (!reader) throw CommandError(reader.status());
-  shm::EventRingReader& ring = reader.value();
+  shm::PoolEventRings& ring = reader.value();
   if (o.new_only) {
     ring.seek_to_end();
   } else if (!o.all) {
-    // Ids start at 1; the next read clamps to what the ring still holds.
-    const uint64_t end = ring.published();
-    ring.seek(end > o.last + 1 ? end - o.last : 1);
+    ring.seek_back(o.last);  // the last N of each pool's ring
   }
 
   // Without --follow: everything published when we started, then exit. The reader starts at
   // id 1; a ring that has wrapped since reports the records it no longer holds as lost.
-  const uint64_t stop_at = ring.published();
+  const std::vector<uint64_t> stop_at = ring.published();
   auto idle_pause = std::chrono::milliseconds(1);
   while (true) {
     shm::EventRecord r;
@@ -155,7 +160,7 @@ void run_events(const EventsOptions& o) {
       case shm::EventRingReader::Outcome::kEmpty:
         break;
     }
-    if (!o.follow && ring.position() >= stop_at) break;
+    if (!o.follow && ring.reached(stop_at)) break;
     std::cout.flush();
     if (!daemon_alive(v)) {
       if (!o.follow) break;

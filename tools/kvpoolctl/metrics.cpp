@@ -85,7 +85,7 @@ std::vector<Family> collect(const ctl::ControlView& v) {
   }
   uint64_t by_state[4] = {0, 0, 0, 0};
   for (uint32_t i = 0; i < h.max_clients; ++i) {
-    uint32_t s = v.slots[i].state.load(std::memory_order_relaxed);
+    uint32_t s = v.slot(i).state.load(std::memory_order_relaxed);
     if (s < 4) ++by_state[s];
   }
   family("clients_attached", "gauge", "Clients attached now (any state but free).")
@@ -256,7 +256,7 @@ std::vector<Family> collect(const ctl::ControlView& v) {
                                  "References a client holds to registered blocks (a block "
                                  "matched twice counts twice).");
   for (uint32_t slot = 0; slot < h.max_clients; ++slot) {
-    const shm::SlotInfo& si = v.slots[slot];
+    const shm::SlotInfo& si = v.slot(slot);
     if (si.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kFree))
       continue;
     Labels l{{"slot", std::to_string(slot)},

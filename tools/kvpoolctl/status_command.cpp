@@ -24,10 +24,11 @@ ControlView open_control(const std::string& instance, const std::string& runtime
   ControlView v;
   v.control = std::move(control.value());  // the mapping stays put: the pointers below hold
   v.header = &v.control.header();
-  v.slots = v.control.slots().data();
   for (uint32_t i = 0; i < v.control.num_pools(); ++i) {
+    if (!v.control.has_pool(i)) continue;  // closed to this caller: nothing of it is shown
     v.pool_infos.push_back(&v.control.pool_info(i));
     v.pools.push_back(v.control.arena(i));
+    v.pool_index.push_back(i);
   }
   return v;
 }
@@ -37,7 +38,7 @@ nlohmann::json status_json(const ControlView& v) {
   auto rl = [](const auto& a) { return a.load(std::memory_order_relaxed); };
   uint32_t clients = 0;
   for (uint32_t i = 0; i < h.max_clients; ++i)
-    clients += rl(v.slots[i].state) != static_cast<uint32_t>(shm::SlotState::kFree);
+    clients += rl(v.slot(i).state) != static_cast<uint32_t>(shm::SlotState::kFree);
   nlohmann::json j;
   j["instance"] = std::string(h.instance);
   j["daemon_pid"] = h.daemon_pid;

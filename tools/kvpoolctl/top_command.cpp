@@ -120,7 +120,7 @@ std::string render(const ctl::ControlView& v, const Sample& a, const Sample& b, 
   };
   uint32_t attached = 0, suspect = 0;
   for (uint32_t i = 0; i < h.max_clients; ++i) {
-    uint32_t st = v.slots[i].state.load(std::memory_order_relaxed);
+    uint32_t st = v.slot(i).state.load(std::memory_order_relaxed);
     attached += st != static_cast<uint32_t>(shm::SlotState::kFree);
     suspect += st == static_cast<uint32_t>(shm::SlotState::kSuspect);
   }

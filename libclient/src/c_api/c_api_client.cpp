@@ -208,7 +208,7 @@ kvpool_error_code kvpool_pool_counts_get(const kvpool_pool* pool, kvpool_pool_co
     const shm::ControlReader* control;
     {
       // The public C++ API has no counts: read them, as kvpoolctl does, from a read-only
-      // mapping of the daemon's control segment, asked for once per client.
+      // mapping of the pool's registry segment, asked for once per client.
       std::lock_guard<std::mutex> lock(sh.mu);
       if (!sh.observed) {
         auto observed = shm::observe(sh.instance, sh.runtime_dir);
@@ -220,6 +220,10 @@ kvpool_error_code kvpool_pool_counts_get(const kvpool_pool* pool, kvpool_pool_co
     uint32_t index = pool->pool.index();
     if (index >= control->num_pools())
       return fail(KVPOOL_ERR_INTERNAL, "pool index beyond the daemon's pools");
+    // The observer gets the registries of the pools its uid may use, as a worker does.
+    if (!control->has_pool(index))
+      return fail(Status(ErrorCode::kPermissionDenied,
+                         "pool " + std::to_string(index) + " is not open to this uid"));
     const pool::PoolCounts counts = control->arena(index).counts();  // relaxed loads
     kvpool_pool_counts c{};
     c.struct_size = sizeof(c);

@@ -35,32 +35,27 @@ Result<ControlLayout> control_layout(uint32_t max_clients,
                                      std::span<const pool::PoolCoreConfig> pools,
                                      uint32_t event_ring_slots) {
   ControlLayout l;
-  uint64_t off = align_up(sizeof(ControlHeader), kPartAlign);
-  l.slots_offset = off;
-  off = align_up(off + uint64_t{max_clients} * sizeof(SlotInfo), kPartAlign);
-  l.pools_offset = off;
-  off = align_up(off + uint64_t{pools.size()} * sizeof(PoolInfo), kPartAlign);
+  l.pools_offset = align_up(sizeof(ControlHeader), kPartAlign);
+  l.total_bytes =
+      align_up(l.pools_offset + uint64_t{pools.size()} * sizeof(PoolInfo), kRegionAlign);
   for (size_t i = 0; i < pools.size(); ++i) {
-    auto bytes = pool::PoolCore::arena_bytes(pools[i]);
-    if (!bytes)
+    auto r = registry_layout(max_clients, pools[i], event_ring_slots);
+    if (!r)
       return Status(ErrorCode::kConfigError,
-                    "pools[" + std::to_string(i) + "]: " + bytes.status().message());
-    l.arena_offset.push_back(off);
-    l.arena_bytes.push_back(*bytes);
-    off = align_up(off + *bytes, kRegionAlign);
+                    "pools[" + std::to_string(i) + "]: " + r.status().message());
+    l.registries.push_back(*r);
   }
-  if (event_ring_slots != 0) {
-    l.event_ring_offset = off;
-    l.event_ring_bytes = event_ring_bytes(event_ring_slots);
-  }
-  l.total_bytes = align_up(off + l.event_ring_bytes, kRegionAlign);
   return l;
 }
 
 // ---- writer ------------------------------------------------------------------------------
 
 Result<ControlWriter> ControlWriter::create(const std::string& instance, uint32_t max_clients,
-                                            ControlLayout layout, uint32_t event_ring_slots) {
+                                            ControlLayout layout,
+                                            std::span<const std::string> pool_names,
+                                            uint32_t event_ring_slots) {
+  if (pool_names.size() != layout.registries.size())
+    return Status(ErrorCode::kInternal, "one pool name per registry layout expected");
   auto seg = Segment::create_anonymous(control_segment_name(instance), layout.total_bytes);
   if (!seg) return seg.status();
   ControlWriter w;
@@ -77,27 +72,20 @@ Result<ControlWriter> ControlWriter::create(const std::string& instance, uint32_
   h->daemon_pid = ::getpid();
   h->start_time_ns = now_ns(CLOCK_REALTIME);
   h->max_clients = max_clients;
-  h->num_pools = static_cast<uint32_t>(l.arena_offset.size());
-  h->slots_offset = l.slots_offset;
+  h->num_pools = static_cast<uint32_t>(l.registries.size());
+  h->slots_offset = 0;  // the slot table lives in the registry segments (layout 4)
   h->pools_offset = l.pools_offset;
   h->total_bytes = l.total_bytes;
   copy_name(h->instance, instance);
   std::snprintf(h->daemon_version, sizeof(h->daemon_version), "%s",
                 kvpool::version_string().c_str());
-  if (l.event_ring_bytes != 0) {
-    auto ring =
-        EventRingWriter::create(base + l.event_ring_offset, l.event_ring_bytes, event_ring_slots);
-    if (!ring)
-      return Status(ErrorCode::kConfigError, "event_ring_slots: " + ring.status().message());
-    w.event_ring_ = ring.value();
-    h->event_ring_offset = l.event_ring_offset;
-    h->event_ring_bytes = l.event_ring_bytes;
+  for (uint32_t i = 0; i < h->num_pools; ++i) {
+    auto r = RegistryWriter::create(instance, i, pool_names[i], max_clients, l.registries[i],
+                                    event_ring_slots);
+    if (!r) return r.status();
+    w.registries_.push_back(std::move(r.value()));
   }
   return w;
-}
-
-SlotInfo* ControlWriter::slots() const {
-  return reinterpret_cast<SlotInfo*>(segment_.as<char>() + layout_.slots_offset);
 }
 
 PoolInfo& ControlWriter::pool_info(uint32_t i) const {
@@ -107,12 +95,12 @@ PoolInfo& ControlWriter::pool_info(uint32_t i) const {
 Result<pool::PoolCore> ControlWriter::create_pool_core(uint32_t i,
                                                        const pool::PoolCoreConfig& config,
                                                        const std::string& name) {
-  auto core = pool::PoolCore::create(segment_.as<char>() + layout_.arena_offset[i],
-                                     layout_.arena_bytes[i], config, i, name);
-  if (!core) return core.status();
-  pool_info(i).arena_offset = layout_.arena_offset[i];
-  pool_info(i).arena_bytes = layout_.arena_bytes[i];
-  return core;
+  return pool::PoolCore::create(registries_[i].arena(), registries_[i].arena_bytes(), config, i,
+                                name);
+}
+
+void ControlWriter::set_epoch(uint64_t epoch) {
+  for (RegistryWriter& r : registries_) r.header().epoch = epoch;
 }
 
 void ControlWriter::publish_ready() {
@@ -136,49 +124,56 @@ Result<ControlReader> ControlReader::open(Segment segment) {
     return Status(ErrorCode::kVersionMismatch,
                   "kvpoold uses shm layout " + std::to_string(h.layout_major) + ", this library " +
                       std::to_string(kLayoutMajor));
-  // Acquire: everything the daemon wrote before publishing kReady is visible from here on.
+  // Acquire: everything the daemon wrote before publishing kReady is visible from here on,
+  // the registry segments included.
   if (h.state.load(std::memory_order_acquire) != static_cast<uint32_t>(DaemonState::kReady))
     return Status(ErrorCode::kDaemonGone,
                   "kvpoold is gone (it is not ready); reconnect when it is back");
   if (h.total_bytes > size)
     return Status(ErrorCode::kProtocolError, "the control segment is smaller than its header says");
-  if (!within(h.slots_offset, uint64_t{h.max_clients} * sizeof(SlotInfo), size) ||
-      h.slots_offset % alignof(SlotInfo) != 0)
-    return outside("the slot table");
   if (!within(h.pools_offset, uint64_t{h.num_pools} * sizeof(PoolInfo), size) ||
       h.pools_offset % alignof(PoolInfo) != 0)
     return outside("the pool table");
-  if (h.event_ring_offset != 0 && (!within(h.event_ring_offset, h.event_ring_bytes, size) ||
-                                   h.event_ring_offset % alignof(EventRingHeader) != 0))
-    return outside("the event ring");
   ControlReader r;
   r.header_ = &h;
-  r.slots_ = reinterpret_cast<const SlotInfo*>(base + h.slots_offset);
   r.infos_ = reinterpret_cast<const PoolInfo*>(base + h.pools_offset);
-  for (uint32_t i = 0; i < h.num_pools; ++i) {
-    const PoolInfo& info = r.infos_[i];
-    if (!within(info.arena_offset, info.arena_bytes, size) || info.arena_offset % 64 != 0)
-      return outside("pool " + std::to_string(i) + " arena");
-    auto arena = pool::ArenaView::attach(base + info.arena_offset, info.arena_bytes,
-                                         std::string(info.name, strnlen(info.name, kNameBytes)));
-    if (!arena)
-      return Status(arena.status().code(),
-                    "pool " + std::to_string(i) + " arena: " + arena.status().message());
-    r.arenas_.push_back(std::move(arena.value()));
-  }
+  r.registries_.resize(h.num_pools);
   r.segment_ = std::move(segment);  // the mapping stays where it is: the pointers hold
   return r;
+}
+
+Status ControlReader::add_registry(uint32_t i, Segment segment) {
+  if (i >= registries_.size())
+    return Status(ErrorCode::kProtocolError,
+                  "registry segment for pool " + std::to_string(i) + " of " +
+                      std::to_string(registries_.size()));
+  auto r = RegistryReader::open(std::move(segment), i, header_->max_clients);
+  if (!r) return r.status();
+  registries_[i] = std::move(r.value());
+  return Status::ok();
 }
 
 DaemonState ControlReader::state() const {
   return static_cast<DaemonState>(header_->state.load(std::memory_order_acquire));
 }
 
-Result<EventRingReader> ControlReader::event_ring() const {
-  if (!has_event_ring())
-    return Status(ErrorCode::kUnsupported, "the daemon runs without an event ring");
-  return EventRingReader::attach(segment_.as<const char>() + header_->event_ring_offset,
-                                 header_->event_ring_bytes);
+const SlotInfo& ControlReader::slot(uint32_t i) const {
+  static const SlotInfo kNoSlot{};  // free, zero: a client this caller may not see
+  const SlotInfo* first = nullptr;
+  for (const RegistryReader& r : registries_) {
+    if (!r.valid() || i >= r.slots().size()) continue;
+    const SlotInfo& s = r.slots()[i];
+    if (first == nullptr) first = &s;
+    // Acquire, as publish_slot stores it last: the slot's other fields are this client's.
+    if (s.state.load(std::memory_order_acquire) != static_cast<uint32_t>(SlotState::kFree))
+      return s;
+  }
+  return first != nullptr ? *first : kNoSlot;
+}
+
+bool ControlReader::has_event_ring() const {
+  return std::any_of(registries_.begin(), registries_.end(),
+                     [](const RegistryReader& r) { return r.valid() && r.has_event_ring(); });
 }
 
 const LatencyHistogram* ControlReader::request_latency() const {

@@ -133,6 +133,40 @@ Result<UniqueFd> connect_daemon(const std::string& instance, const std::string& 
   return sock;
 }
 
+// The control segment (fds[0]) and, after the `first` descriptors, one registry segment per
+// pool of `pool_mask` in pool order, each followed by that pool's data descriptor when it
+// travels as one (host pools: proto::welcome_carries_fd). The registry descriptors are
+// taken out of `fds`; data descriptors stay, so they start at index `first`.
+Result<ControlReader> map_control(std::vector<UniqueFd>& fds, size_t first, uint32_t pool_mask) {
+  auto seg = Segment::map_fd(std::move(fds[0]), /*writable=*/false);
+  if (!seg) return seg.status();
+  auto ctl = ControlReader::open(std::move(seg.value()));
+  if (!ctl) return ctl.status();
+  std::vector<UniqueFd> data;
+  size_t next = first;
+  for (uint32_t i = 0; i < ctl->num_pools() && i < 32; ++i) {
+    if ((pool_mask & (1u << i)) == 0) continue;
+    if (next >= fds.size())
+      return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors for its pools");
+    auto reg = Segment::map_fd(std::move(fds[next++]), /*writable=*/false);
+    if (!reg) return reg.status();
+    KVPOOL_RETURN_IF_ERROR(ctl->add_registry(i, std::move(reg.value())));
+    const auto kind = static_cast<StorageKind>(ctl->pool_info(i).storage);
+    if (proto::welcome_carries_fd(kind)) {
+      if (next >= fds.size())
+        return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors for its pools");
+      data.push_back(std::move(fds[next++]));
+    }
+  }
+  if (next != fds.size())
+    return Status(ErrorCode::kProtocolError,
+                  "welcome carries " + std::to_string(fds.size()) + " descriptors, " +
+                      std::to_string(next) + " expected");
+  fds.resize(first);
+  for (UniqueFd& d : data) fds.push_back(std::move(d));
+  return ctl;
+}
+
 }  // namespace
 
 Result<ClientAttach> attach_client(const std::string& instance, const std::string& runtime_dir,
@@ -146,9 +180,7 @@ Result<ClientAttach> attach_client(const std::string& instance, const std::strin
   if (!fds) return fds.status();
   if (fds->size() < 3)
     return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors");
-  auto ctl_seg = Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
-  if (!ctl_seg) return ctl_seg.status();
-  auto ctl = ControlReader::open(std::move(ctl_seg.value()));
+  auto ctl = map_control(*fds, 3, a.welcome.pool_mask);
   if (!ctl) return ctl.status();
   a.control = std::move(ctl.value());
   auto cseg = Segment::map_fd(std::move((*fds)[1]), /*writable=*/true);
@@ -173,11 +205,24 @@ Result<ControlReader> observe(const std::string& instance, const std::string& ru
   auto fds = proto::exchange_hello(sock->get(), instance, proto::MsgType::kObserve, kLayoutMajor,
                                    5000, &w);
   if (!fds) return fds.status();
-  if (fds->size() != 1)
-    return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
+  if (fds->empty()) return Status(ErrorCode::kProtocolError, "observe answer carries no segment");
+  // An observer gets no data descriptors: only the registries of the pools it may read.
   auto seg = Segment::map_fd(std::move((*fds)[0]), /*writable=*/false);
   if (!seg) return seg.status();
-  return ControlReader::open(std::move(seg.value()));
+  auto ctl = ControlReader::open(std::move(seg.value()));
+  if (!ctl) return ctl.status();
+  size_t next = 1;
+  for (uint32_t i = 0; i < ctl->num_pools() && i < 32; ++i) {
+    if ((w.pool_mask & (1u << i)) == 0) continue;
+    if (next >= fds->size())
+      return Status(ErrorCode::kProtocolError, "observe answer carries too few segments");
+    auto reg = Segment::map_fd(std::move((*fds)[next++]), /*writable=*/false);
+    if (!reg) return reg.status();
+    KVPOOL_RETURN_IF_ERROR(ctl->add_registry(i, std::move(reg.value())));
+  }
+  if (next != fds->size())
+    return Status(ErrorCode::kProtocolError, "observe answer carries more segments than pools");
+  return ctl;
 }
 
 }  // namespace kvpool::shm

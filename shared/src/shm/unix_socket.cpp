@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -268,7 +269,26 @@ Result<PeerCred> peer_credentials(int fd) {
     return Status(ErrorCode::kUnsupported,
                   "peer process is in a PID namespace this process cannot see");
   }
-  return PeerCred{cred.pid, cred.uid, cred.gid};
+  PeerCred out{cred.pid, cred.uid, cred.gid, {}};
+  // Its supplementary groups as the kernel recorded them at connect time (SO_PEERGROUPS,
+  // Linux 4.13): a worker added to a group with `usermod -aG` has it here, not as its gid.
+  // ERANGE: the buffer was short, and len now says how long it must be.
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+      groups.resize(glen / sizeof(gid_t));
+      out.groups = std::move(groups);
+      return out;
+    }
+    if (errno != ERANGE) return io_error("getsockopt SO_PEERGROUPS", errno);
+    groups.resize(glen / sizeof(gid_t) + 1);
+  }
+  return Status(ErrorCode::kInternal, "getsockopt SO_PEERGROUPS: the group list keeps growing");
+}
+
+bool PeerCred::in_group(gid_t g) const {
+  return gid == g || std::find(groups.begin(), groups.end(), g) != groups.end();
 }
 
 Result<UniqueFd> pidfd_open(pid_t pid) {

@@ -43,7 +43,7 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let config = format!(
             r#"{{"instance": "{}", "runtime_dir": "{}", "max_clients": 16, "poll_us": 20,
-               "log_level": "warn", "pools": {}}}"#,
+               "uid_share_percent": 100, "log_level": "warn", "pools": {}}}"#,
             instance,
             dir.display(),
             pools

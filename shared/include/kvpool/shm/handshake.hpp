@@ -58,8 +58,10 @@ namespace kvpool::shm {
 // A client's attach up to its pools, the one sequence libkvpool and the test client share:
 // the daemon's socket (its peer checked), the Welcome, the control segment (read-only,
 // validated), this client's segment with both rings checked against the Welcome, and the
-// doorbell. `fds` is all the Welcome carried, the first three moved out, so the pools'
-// descriptors still start at index 3. The caller maps its pools, then sends Ready.
+// doorbell, and the registry segment of each pool the Welcome's pool_mask opens (added to
+// `control`). `fds` is what the Welcome carried, the first three and the registry segments
+// moved out, so the pools' data descriptors start at index 3. The caller maps its pools,
+// then sends Ready.
 struct ClientAttach {
   UniqueFd sock;
   proto::Welcome welcome{};
@@ -75,7 +77,8 @@ Result<ClientAttach> attach_client(const std::string& instance, const std::strin
                                    uint16_t layout_major, int timeout_ms);
 
 // The control segment of the kvpoold serving `instance`, read-only, attaching nothing
-// (kvpoolctl, kvpool-events, tests). runtime_dir "": where the daemon puts its socket.
+// (kvpoolctl, kvpool-events, tests), with the registry segments of the pools the daemon
+// lets this caller read (the pools' allow-lists; root and the daemon's own uid read all). runtime_dir "": where the daemon puts its socket.
 // kNotFound when no daemon answers.
 Result<ControlReader> observe(const std::string& instance, const std::string& runtime_dir);
 

@@ -4,10 +4,13 @@
 // Handshake (SOCK_SEQPACKET, SO_PEERCRED gives the peer's pid and uid):
 //   client -> Hello
 //   daemon -> Welcome + fds [control (read-only), client segment, doorbell eventfd,
-//                            then, in pool order, one data fd per pool whose storage
-//                            travels as a descriptor (welcome_carries_fd): host pools;
-//                            device pools publish a CUDA IPC handle in PoolInfo instead]
-//                                                                 (or Refusal)
+//                            then, in pool order, for each pool of Welcome::pool_mask:
+//                            its registry segment (read-only), then its data fd when its
+//                            storage travels as a descriptor (welcome_carries_fd): host
+//                            pools; device pools publish a CUDA IPC handle in their
+//                            registry segment's header instead]          (or Refusal)
+//   (an Observe gets the control segment, then the registry segment of each pool of
+//    Welcome::pool_mask: the pools its caller may read)
 //   client maps, locks its lease mutex from its lease thread, then -> Ready
 // Requests then flow on the client's request ring, answers on its response ring. The
 // socket stays open: its hang-up (and a pidfd) tells the daemon that the client died.
@@ -47,7 +50,8 @@ static_assert(sizeof(Hello) == 80 && std::is_trivially_copyable_v<Hello>);
 
 // Whether a pool of this storage gets a descriptor in the welcome (after the first three).
 // Both sides count the welcome's descriptors with it, so Welcome::num_fds is
-// 3 + the number of pools in Welcome::pool_mask for which this is true.
+// 3 + the number of pools in Welcome::pool_mask (their registry segments) + the number of
+// those for which this is true.
 inline constexpr bool welcome_carries_fd(shm::StorageKind storage) {
   return storage == shm::StorageKind::kHost;
 }
@@ -60,8 +64,8 @@ struct Welcome {
   uint32_t slot;
   uint32_t generation;
   uint32_t num_fds;
-  // Bit i set: this client may use pool i (per-pool allow-lists); only those pools' data
-  // descriptors travel in this message (layout 2.0).
+  // Bit i set: this client may use pool i (per-pool allow-lists); only those pools'
+  // registry and data descriptors travel in this message (layout 4.0: registries).
   uint32_t pool_mask;
   uint64_t ring_capacity;
 };

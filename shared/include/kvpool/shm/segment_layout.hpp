@@ -3,10 +3,12 @@
 // refuse another major) or, for additions at the end, kLayoutMinor.
 //
 // Segments (all created and sized by the daemon):
-//   control  "/kvpool.<instance>.ctl"   ControlHeader | SlotInfo[max_clients]
-//            | PoolInfo[num_pools] | pool arenas (PoolCore state) | event ring (when
-//            configured; see event_ring.hpp). Clients, kvpoolctl and kvpool-events get
-//            a read-only fd over the socket and map it read-only.
+//   control  memfd "kvpool.<instance>.ctl"   ControlHeader | PoolInfo[num_pools]: what
+//            every client and observer of the instance may see. Clients, kvpoolctl and
+//            kvpool-events get a read-only fd over the socket and map it read-only.
+//   registry memfd, one per pool (registry_segment.hpp): the pool's clients (a SlotInfo
+//            mirror), its arena (PoolCore state) and its event ring; a read-only fd goes
+//            only to callers the pool's allow-lists admit.
 //   pool     "/kvpool.<instance>.pool.<name>"   block data of one host pool (layout bytes).
 //   client   memfd, one per attached client, read-write for that client only:
 //            ClientHeader | request ring | response ring.
@@ -34,8 +36,13 @@ inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 // the pool arena stores a checksum per block, opcodes kVerify and kScrub). Minor 1 of 3:
 // restarts (ControlHeader::restart, PoolInfo's adoption counts; generations carry the
 // daemon's tag, pool/arena.hpp), additions only: a 3.0 reader reads a 3.1 segment.
-inline constexpr uint16_t kLayoutMajor = 3;
-inline constexpr uint16_t kLayoutMinor = 1;
+// Major 4: tenant isolation (issue 27): each pool's arena, event ring and client table move
+// out of the control segment into the pool's own registry segment; the control segment
+// keeps ControlHeader and PoolInfo (its arena_offset/arena_bytes are 0, its device_uuid
+// and ipc_handle zero: the registry header carries them), and ControlHeader's slots_offset
+// and event_ring_offset are 0.
+inline constexpr uint16_t kLayoutMajor = 4;
+inline constexpr uint16_t kLayoutMinor = 0;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {

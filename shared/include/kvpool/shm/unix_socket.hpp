@@ -51,11 +51,14 @@ Result<size_t> recv_message(int fd, std::span<std::byte> buf, std::vector<Unique
 struct PeerCred {
   pid_t pid;
   uid_t uid;
-  gid_t gid;
+  gid_t gid;                  // its effective gid
+  std::vector<gid_t> groups;  // its supplementary groups (SO_PEERGROUPS)
+  // Whether `g` is its gid or one of its supplementary groups.
+  bool in_group(gid_t g) const;
 };
 
-// The peer's identity as the kernel recorded it at connect time (SO_PEERCRED), translated
-// into our PID namespace.
+// The peer's identity as the kernel recorded it at connect time (SO_PEERCRED and
+// SO_PEERGROUPS), translated into our PID namespace.
 Result<PeerCred> peer_credentials(int fd);
 
 // A descriptor that becomes readable when process `pid` exits. Take the pid from
