@@ -36,12 +36,12 @@ bool admits(const std::vector<uid_t>& uids, const std::vector<gid_t>& gids,
   return uid_ok && gid_ok;
 }
 
-// "1000,27,100": the gid, then the supplementary groups (for a refusal's message).
-std::string groups_of(const shm::PeerCred& cred) {
-  std::string s = std::to_string(cred.gid);
+// " (groups 27,100)": the supplementary groups besides the gid, for a refusal's message.
+std::string supplementary_groups(const shm::PeerCred& cred) {
+  std::string s;
   for (gid_t g : cred.groups)
-    if (g != cred.gid) s += "," + std::to_string(g);
-  return s;
+    if (g != cred.gid) s += (s.empty() ? "" : ",") + std::to_string(g);
+  return s.empty() ? s : " (groups " + s + ")";
 }
 
 }  // namespace
@@ -231,7 +231,8 @@ std::optional<shm::PeerCred> Sessions::vet_caller(int fd, const proto::Hello& h)
       h.type == proto::MsgType::kObserve && (cred->uid == 0 || cred->uid == ::geteuid());
   if (!root_observer && !admits(links_.config.allowed_uids, links_.config.allowed_gids, *cred)) {
     refuse(fd, ErrorCode::kPermissionDenied,
-           "uid " + std::to_string(cred->uid) + " / groups " + groups_of(*cred) +
+           "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
+               supplementary_groups(*cred) +
                " may not attach to instance '" + links_.config.instance +
                "' (allowed_uids/allowed_gids)");
     return std::nullopt;
