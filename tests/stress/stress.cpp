@@ -313,12 +313,12 @@ class Stress {
     pid_t victim = it->first;
     uint64_t before = ctl()->stats.reclaimed_clients.load(std::memory_order_relaxed);
     // The victim's slot, if it attached already.
-    int slot = -1;
+    int victim_slot = -1;
     for (uint32_t i = 0; i < ctl()->max_clients; ++i)
       if (slot(i).pid.load(std::memory_order_relaxed) == victim &&
           slot(i).state.load(std::memory_order_acquire) ==
               static_cast<uint32_t>(shm::SlotState::kAttached))
-        slot = static_cast<int>(i);
+        victim_slot = static_cast<int>(i);
     auto t0 = Clock::now();
     kill(victim, SIGKILL);
     ++kills_;
@@ -329,26 +329,30 @@ class Stress {
     workers_.erase(victim);
     const bool killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
     if (!killed) check_exit(victim, st);
-    if (!killed && slot >= 0) {
+    if (!killed && victim_slot >= 0) {
       std::printf("worker %d exited on its own (status %d) before the kill\n", victim, st);
-      slot = -1;
+      victim_slot = -1;
     }
-    if (slot >= 0) {
+    if (victim_slot >= 0) {
       // Reclaimed = the slot released and the counter moved. The bound only catches a hang
       // (a loaded CI machine takes far longer than the daemon's own figure, reported below).
       constexpr double kHangMs = 10000;
       while (ms_since(t0) < kHangMs) {
-        bool freed = slot(slot).state.load(std::memory_order_acquire) !=
-                         static_cast<uint32_t>(shm::SlotState::kAttached) ||
-                     slot(slot).pid.load(std::memory_order_relaxed) != victim;
+        bool freed =
+            slot(static_cast<uint32_t>(victim_slot)).state.load(std::memory_order_acquire) !=
+                static_cast<uint32_t>(shm::SlotState::kAttached) ||
+            slot(static_cast<uint32_t>(victim_slot)).pid.load(std::memory_order_relaxed) != victim;
         if (freed && ctl()->stats.reclaimed_clients.load(std::memory_order_acquire) > before) break;
         std::this_thread::yield();
       }
       double ms = ms_since(t0);
       if (ms >= kHangMs) {
-        violation("worker " + std::to_string(victim) + " was not reclaimed within 10 s (slot " +
-                  std::to_string(slot) + " state " +
-                  std::to_string(slot(slot).state.load(std::memory_order_acquire)) + ")");
+        violation(
+            "worker " + std::to_string(victim) + " was not reclaimed within 10 s (slot " +
+            std::to_string(victim_slot) + " state " +
+            std::to_string(
+                slot(static_cast<uint32_t>(victim_slot)).state.load(std::memory_order_acquire)) +
+            ")");
       } else {
         latencies_.push_back(ms);
         // The daemon's own timestamps (CLOCK_MONOTONIC, as steady_clock here) of this reclaim:
@@ -365,7 +369,7 @@ class Stress {
                             1e6);
       }
     }
-    if (slot >= 0) check_with_kvpoolctl(victim);
+    if (victim_slot >= 0) check_with_kvpoolctl(victim);
     spawn_worker(end_);
   }
 
