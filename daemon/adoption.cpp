@@ -6,7 +6,9 @@
 
 #include <cstring>
 
+#include "daemon/kept_processes.hpp"
 #include "kvpool/core/layout.hpp"
+#include "kvpool/pool/previous_arena.hpp"
 #include "kvpool/shm/fields.hpp"
 #include "kvpool/shm/unix_socket.hpp"
 
@@ -45,10 +47,13 @@ struct StoredControl {
 // else is dropped from the store.
 std::vector<StoredControl> sort_stored(std::vector<InheritedFd> fds,
                                        std::map<std::string, shm::UniqueFd>& data,
-                                       std::vector<Adoption::StoredRegistry>& registries) {
+                                       std::vector<Adoption::StoredRegistry>& registries,
+                                       std::map<std::string, shm::UniqueFd>& kept) {
   std::vector<StoredControl> controls;
   for (InheritedFd& f : fds) {
-    if (starts_with(f.name, kFdNamePoolPrefix)) {
+    if (starts_with(f.name, kFdNameKeptPrefix)) {
+      kept[f.name] = std::move(f.fd);
+    } else if (starts_with(f.name, kFdNamePoolPrefix)) {
       data[f.name.substr(std::strlen(kFdNamePoolPrefix))] = std::move(f.fd);
     } else if (starts_with(f.name, kFdNameRegistryPrefix)) {
       auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
@@ -105,7 +110,8 @@ size_t drop_superseded(const std::vector<StoredControl>& controls) {
 
 Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   Adoption a;
-  std::vector<StoredControl> controls = sort_stored(std::move(fds), a.data_, a.registries_);
+  std::vector<StoredControl> controls =
+      sort_stored(std::move(fds), a.data_, a.registries_, a.kept_);
   if (controls.empty()) {
     if (!a.data_.empty())
       spdlog::warn("{} stored pool segment(s) but no control segment: every pool starts empty",
@@ -144,7 +150,7 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   // daemon before it that had not come back. Those may still run, and who they are died
   // with that daemon: it stays out of circulation (under our keeper, never handed back).
   a.live_owners_.assign(h.max_clients + 1, 0);
-  a.live_owners_[h.max_clients] = 1;
+  a.previous_keeper_ = h.max_clients;
   for (uint32_t i = 0; i < h.max_clients; ++i) {
     const shm::SlotInfo* slot = nullptr;
     for (const StoredRegistry& r : a.registries_) {
@@ -161,13 +167,53 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
     if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
     a.live_owners_[i] = 1;
     a.live_clients_.push_back({i, slot->generation.load(std::memory_order_relaxed), pid,
-                               slot->uid.load(std::memory_order_relaxed),
-                               std::move(fd.value())});
+                               slot->uid.load(std::memory_order_relaxed), std::move(fd.value()),
+                               process_start_ticks(pid).value_or(0)});
   }
+  a.live_owners_[h.max_clients] = a.inherit_kept(h, c.epoch) ? 1 : 0;
+  // Lists of other daemons than the adopted one describe keepers nobody adopts now.
+  for (auto& [name, fd] : a.kept_)
+    if (name != a.previous_kept_name_) fd_store_remove(name);
+  a.kept_.clear();
   a.previous_ = std::move(c.segment);
   spdlog::info("found the control segment of kvpoold epoch {:016x} (pid {}) and {} pool segment(s)",
                a.previous_epoch_, h.daemon_pid, a.data_.size());
   return a;
+}
+
+bool Adoption::inherit_kept(const shm::ControlHeader& h, uint64_t epoch) {
+  // A daemon that adopted nothing kept nothing for anyone.
+  if (!has_restart_info(h) || h.restart.previous_epoch == 0) return false;
+  auto it = kept_.find(fd_name_kept(epoch));
+  if (it == kept_.end()) {
+    // Written by every daemon that adopted since issue 27: missing, we cannot name who the
+    // blocks were kept for, and they stay kept (safe, not free).
+    spdlog::warn(
+        "the previous kvpoold left no list of the processes its keeper kept blocks for: "
+        "those blocks stay out of circulation until kvpoold starts without its cache");
+    return true;
+  }
+  previous_kept_name_ = it->first;
+  auto list = read_kept(it->second.get(), epoch);
+  if (!list) {
+    spdlog::warn(
+        "the previous kvpoold's kept-process list is unusable ({}): the blocks it "
+        "kept stay out of circulation until kvpoold starts without its cache",
+        list.status().message());
+    return true;
+  }
+  size_t alive = 0;
+  for (const KeptProcess& p : *list) {
+    auto fd = open_if_same_process(p);
+    if (!fd) continue;  // exited (or its pid is another process's now): nothing to keep
+    live_clients_.push_back({h.max_clients, 0, p.pid, p.uid, std::move(*fd), p.start_ticks, true});
+    ++alive;
+  }
+  spdlog::info(
+      "the previous kvpoold kept blocks for {} process(es) that missed a restart; {} "
+      "still run{}",
+      list->size(), alive, alive ? ": their blocks stay kept until they exit" : "");
+  return alive > 0;
 }
 
 std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
@@ -218,24 +264,23 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   // check_registry proved the arena lies within its segment.
   const void* arena = reinterpret_cast<const char*>(reg) + reg->arena_offset;
   const uint64_t arena_bytes = reg->arena_bytes;
-  if (Status v = pool::PoolCore::validate(arena, arena_bytes); !v.is_ok())
-    return empty("its arena is unusable (" + v.message() + ")");
+  // Hostile input: every header field bounded, every table sound, and (when its writer died
+  // between calls) every invariant; the message names what is wrong.
+  auto prev = pool::open_previous_arena(arena, arena_bytes, pc.name);
+  if (!prev) return empty("its arena is unusable (" + prev.status().message() + ")");
+  if (prev->num_blocks() != pc.layout.num_blocks) return empty("its arena has another block count");
+  // One owner per client slot and the keeper: a larger max_owners (which alignment padding
+  // can hide from validate()) would make live_owners_ and the keeper name the wrong owners.
+  if (prev->header().max_owners != header_->max_clients + 1)
+    return empty("its arena header field max_owners is " +
+                 std::to_string(prev->header().max_owners) + ", its daemon had max_clients " +
+                 std::to_string(header_->max_clients) + " (and one keeper)");
   const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
-  if (ah.num_blocks != pc.layout.num_blocks) return empty("its arena has another block count");
   Pool p;
   p.name = pc.name;
   p.arena = arena;
   p.arena_bytes = arena_bytes;
   p.interrupted = (ah.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
-  if (!p.interrupted) {
-    // Its daemon died between two pool calls: then every structure was complete, and any
-    // broken invariant means someone wrote where nobody may. Nothing of it is served.
-    // (The arena is mapped read-only: attach and check_invariants only read.)
-    auto prev = pool::PoolCore::attach(const_cast<void*>(arena), arena_bytes, 0, pc.name);
-    if (!prev) return empty("its arena is unusable (" + prev.status().message() + ")");
-    if (Status inv = prev->check_invariants(); !inv.is_ok())
-      return empty("its arena is corrupt (" + inv.message() + ")");
-  }
   p.data = std::move(it->second);
   data_.erase(it);
   return p;
@@ -272,7 +317,7 @@ void Adoption::release_unused() {
 Result<pool::AdoptCounts> Adoption::adopt_registry(const Pool& p, pool::PoolCore& core,
                                                    uint32_t keeper,
                                                    std::vector<pool::AdoptPin>* pins) {
-  auto prev = pool::PoolCore::attach(const_cast<void*>(p.arena), p.arena_bytes, 0, p.name);
+  auto prev = pool::open_previous_arena(p.arena, p.arena_bytes, p.name);
   if (!prev) return prev.status();
   auto counts = core.adopt_registry(*prev, live_owners_, keeper, pins);
   if (!counts) return counts.status();

@@ -77,8 +77,19 @@ class Adoption {
     int32_t pid;
     uint32_t uid;  // a reclaim must come from the same user (a reused pid may not be)
     shm::UniqueFd pidfd;
+    uint64_t start_ticks = 0;  // with pid and uid, names the process to the next daemon
+    // Not a slot of the previous daemon: a process its keeper kept blocks for (it had
+    // missed a restart already; daemon/kept_processes.hpp). It cannot reclaim anything.
+    bool inherited = false;
   };
+  // The previous daemon's clients that still run, then the processes its keeper kept
+  // blocks for that still run (inherited).
   std::vector<LiveClient> take_live_clients() { return std::move(live_clients_); }
+  // The previous daemon's keeper owner (its max_clients): what adoption pinned under it
+  // is kept for the inherited clients.
+  uint32_t previous_keeper() const { return previous_keeper_; }
+  // The store name of the previous daemon's kept-process list ("" when none).
+  const std::string& previous_kept_name() const { return previous_kept_name_; }
   // Generation tags that generations of the adopted arenas carry, and the previous
   // daemon's own: a new daemon picks another (daemon/epoch.hpp).
   const std::bitset<256>& taken_tags() const { return tags_; }
@@ -106,6 +117,12 @@ class Adoption {
   // prepare)
   std::vector<uint8_t> live_owners_;
   std::vector<LiveClient> live_clients_;
+  uint32_t previous_keeper_ = pool::kNone;
+  std::string previous_kept_name_;
+  std::map<std::string, shm::UniqueFd> kept_;  // stored kept-process lists, by store name
+  // Reads the previous daemon's kept-process list; says whether its keeper's blocks must
+  // stay kept (some process they were kept for still runs, or the list is missing).
+  bool inherit_kept(const shm::ControlHeader& h, uint64_t epoch);
 };
 
 }  // namespace kvpool::daemon

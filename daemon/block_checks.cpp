@@ -8,7 +8,7 @@ namespace kvpool::daemon {
 
 uint32_t BlockChecker::max_verify_blocks() const {
   if (!available()) return 0;
-  const uint64_t n = proto::kChecksumBudgetBytes / std::max<uint64_t>(layout_->block_bytes(), 1);
+  const uint64_t n = proto::kCheckSliceBytes / std::max<uint64_t>(layout_->block_bytes(), 1);
   return static_cast<uint32_t>(std::clamp<uint64_t>(n, 1, UINT32_MAX));
 }
 
@@ -23,8 +23,8 @@ proto::ScrubSummary BlockChecker::scrub(pool::PoolCore& core, uint32_t start, ui
   proto::ScrubSummary s{};
   const uint32_t n = core.num_blocks();
   const uint64_t budget = byte_budget == 0
-                              ? proto::kChecksumBudgetBytes
-                              : std::min<uint64_t>(byte_budget, proto::kChecksumBudgetBytes);
+                              ? proto::kCheckSliceBytes
+                              : std::min<uint64_t>(byte_budget, proto::kCheckSliceBytes);
   const uint64_t block_bytes = layout_->block_bytes();
   uint64_t hashed = 0;
   uint32_t id = std::min(start, n);

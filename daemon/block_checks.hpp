@@ -4,7 +4,7 @@
 // never gets to say "this block is corrupt": it could then evict everyone's good blocks.
 //
 // Hashing runs on the engine thread, which serves every client, so one request hashes at
-// most proto::kChecksumBudgetBytes (a few hundred microseconds), and a scrub of a whole
+// most proto::kCheckSliceBytes (tens of microseconds), and a scrub of a whole
 // pool is many requests (kvpoolctl scrub loops them).
 //
 // The bytes are read while clients may write them (a hostile one may, through its
@@ -20,6 +20,7 @@
 
 #include "kvpool/core/layout.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/check_slice.hpp"
 #include "kvpool/shm/protocol.hpp"
 
 namespace kvpool::daemon {
@@ -38,7 +39,7 @@ class BlockChecker {
   proto::ChecksumOutcome verify(pool::PoolCore& core, uint32_t id) const;
 
   // One scrub step: registered blocks from `start` on, hashing at most `byte_budget`
-  // bytes (clamped to kChecksumBudgetBytes; at least one block is hashed, so every step
+  // bytes (clamped to kCheckSliceBytes; at least one block is hashed, so every step
   // makes progress) and visiting at most kMaxScrubVisit blocks. Mismatches are poisoned
   // and the first out.size() of them described in `out`.
   proto::ScrubSummary scrub(pool::PoolCore& core, uint32_t start, uint64_t byte_budget,

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "kvpool/shm/check_slice.hpp"
 #include "kvpool/shm/event_ring.hpp"
 
 namespace kvpool::daemon {
@@ -299,7 +300,7 @@ Status Dispatcher::verify(uint32_t owner, const Request& r, std::byte* words, ui
     return Status(ErrorCode::kInvalidArgument,
                   "verify of " + std::to_string(r.rq.count) + " blocks: pool '" + core.name() +
                       "' checks at most " + std::to_string(checker.max_verify_blocks()) +
-                      " per request (" + std::to_string(proto::kChecksumBudgetBytes) +
+                      " per request (" + std::to_string(proto::kCheckSliceBytes) +
                       " bytes of hashing)");
   const auto refs = items_as(r.items, r.rq.count, refs_);
   // Every handle first: a bad one hashes nothing.

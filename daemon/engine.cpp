@@ -42,6 +42,16 @@ constexpr uint64_t kMaxRejectedHandles = 65536;
 constexpr uint64_t kDrainTimeNs = 500'000;
 // Records drained from one client before the engine moves to the next (fairness).
 constexpr uint32_t kDrainBudget = 32;
+// Checksum requests run per pass over the clients, all clients together. Each hashes up to
+// proto::kCheckSliceBytes: one per pass bounds what a flood of them (from one client
+// or from sixteen) adds to anyone else's wait to one slice. A client whose check must wait
+// waits with its whole ring (its requests stay in order): the cost is the requester's.
+constexpr uint32_t kChecksPerPass = 1;
+
+bool is_check(uint32_t type) {
+  return type == static_cast<uint32_t>(proto::Opcode::kVerify) ||
+         type == static_cast<uint32_t>(proto::Opcode::kScrub);
+}
 // Pauses between two polling passes over the rings (~0.5-1 us): short enough that a
 // request is seen within a microsecond, long enough not to hammer the slot table.
 constexpr int kPausesPerPass = 16;
@@ -157,8 +167,8 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
   // (daemon/adoption.hpp); those that do not go before the new pools take memory.
   const uint64_t adoption_t0 = now_ns(CLOCK_MONOTONIC);
   Adoption adoption = Adoption::prepare(take_inherited_fds());
-  previous_ =
-      PreviousClients(adoption.previous_epoch(), adoption.take_live_clients(), keeper_owner(), np);
+  previous_ = PreviousClients(adoption.previous_epoch(), adoption.take_live_clients(),
+                              keeper_owner(), np, adoption.previous_keeper());
   std::vector<std::optional<Adoption::Pool>> previous(np);
   for (uint32_t i = 0; i < np; ++i) previous[i] = adoption.take(config_.pools[i]);
   adoption.release_unused();
@@ -311,6 +321,7 @@ Status Engine::run(const EngineHooks& hooks) {
     ++loops;
     bool worked = false;
     show_cpu(false);
+    checks_left_ = kChecksPerPass;
     const uint32_t n = static_cast<uint32_t>(sessions_.size());
     for (uint32_t k = 0; k < n; ++k) {
       Session& s = sessions_[(rr_next_ + k) % n];
@@ -467,6 +478,12 @@ bool Engine::drain(Session& s, uint32_t budget) {
       return true;
     }
     if (r->empty()) break;
+    // The pass's check is spent: this client's ring waits for the next pass (which comes
+    // at once: the engine does not park while a ring holds a record).
+    if (is_check(r->type)) {
+      if (checks_left_ == 0) break;
+      --checks_left_;
+    }
     // Copy once: the client may keep writing its ring while we work.
     if (t_start == 0) t_round = t_start = now_ns(CLOCK_MONOTONIC);
     uint32_t len = r->payload_len;

@@ -118,12 +118,16 @@ class Engine {
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;
+  // Checksum requests (kVerify, kScrub) the engine may still run in this pass: one per
+  // pass over the clients, whoever sends them (drain()).
+  uint32_t checks_left_ = 1;
   bool stopping_ = false;
   bool created_ = false;
   bool keep_cache_ = false;
-  std::string previous_control_name_;  // in the store until ours is
+  std::string previous_control_name_;                 // in the store until ours is
   std::vector<std::string> previous_registry_names_;  // likewise
-  PreviousClients previous_;           // the previous daemon's clients that still run
+  std::string previous_kept_name_;                    // likewise (daemon/kept_processes.hpp)
+  PreviousClients previous_;  // the previous daemon's clients that still run
 };
 
 }  // namespace kvpool::daemon

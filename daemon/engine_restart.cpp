@@ -7,6 +7,7 @@
 #include "daemon/engine.hpp"
 #include "daemon/epoch.hpp"
 #include "daemon/fd_store.hpp"
+#include "daemon/kept_processes.hpp"
 
 namespace kvpool::daemon {
 
@@ -63,6 +64,7 @@ void Engine::publish_identity(const Adoption& adoption, uint64_t adoption_ns) {
   control_.set_epoch(r.epoch);
   previous_control_name_ = adoption.previous_control_name();
   previous_registry_names_ = adoption.previous_registry_names();
+  previous_kept_name_ = adoption.previous_kept_name();
 }
 
 void Engine::store_segments() {
@@ -80,6 +82,11 @@ void Engine::store_segments() {
     auto fd = p.storage.client_fd();
     ok = ok && fd && fd_store_put(fd_name_pool(p.config.name), fd->get());
   }
+  // Who our keeper keeps blocks for, so that a successor lets them go when those processes
+  // exit even if they never come back to us (daemon/kept_processes.hpp).
+  const auto kept = previous_.kept_processes();
+  auto kept_fd = write_kept(ctl_->restart.epoch, kept);
+  ok = ok && kept_fd && fd_store_put(fd_name_kept(ctl_->restart.epoch), kept_fd->get());
   if (!ok) {
     spdlog::warn(
         "could not hand the segments to the supervisor's descriptor store: a restart "
@@ -88,6 +95,7 @@ void Engine::store_segments() {
   }
   if (!previous_control_name_.empty()) fd_store_remove(previous_control_name_);
   for (const std::string& name : previous_registry_names_) fd_store_remove(name);
+  if (!previous_kept_name_.empty()) fd_store_remove(previous_kept_name_);
   spdlog::debug("segments stored with the supervisor (control '{}')",
                 fd_name_control(ctl_->restart.epoch));
 }
@@ -96,6 +104,7 @@ void Engine::forget_segments() {
   if (!fd_store_available()) return;
   fd_store_remove(fd_name_control(ctl_->restart.epoch));
   for (auto& p : pools_) fd_store_remove(fd_name_registry(ctl_->restart.epoch, p.config.name));
+  fd_store_remove(fd_name_kept(ctl_->restart.epoch));
   for (auto& p : pools_)
     if (p.storage.kind() == shm::StorageKind::kHost) fd_store_remove(fd_name_pool(p.config.name));
   spdlog::info("stopped without --keep-cache: the next kvpoold starts empty");

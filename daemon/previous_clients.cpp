@@ -8,21 +8,41 @@
 namespace kvpool::daemon {
 
 PreviousClients::PreviousClients(uint64_t epoch, std::vector<Adoption::LiveClient> clients,
-                                 uint32_t keeper, size_t num_pools)
-    : epoch_(epoch), keeper_(keeper), holders_(num_pools) {
+                                 uint32_t keeper, size_t num_pools, uint32_t previous_keeper)
+    : epoch_(epoch), keeper_(keeper), previous_keeper_(previous_keeper), holders_(num_pools) {
   for (auto& c : clients) {
-    clients_.push_back(Client{std::move(c), {}, false});
+    const bool inherited = c.inherited;  // it cannot reclaim: finished from the start
+    clients_.push_back(Client{std::move(c), {}, inherited});
     clients_.back().pins.resize(num_pools);
   }
 }
 
+std::vector<KeptProcess> PreviousClients::kept_processes() const {
+  std::vector<KeptProcess> out;
+  for (const Client& c : clients_)
+    if (c.who.start_ticks != 0) out.push_back({c.who.pid, c.who.uid, c.who.start_ticks});
+  return out;
+}
+
 void PreviousClients::add_pins(uint32_t pool, std::span<const pool::AdoptPin> pins) {
   for (const pool::AdoptPin& p : pins) {
+    if (p.owner == previous_keeper_) {
+      // The previous keeper's: kept while any process it kept blocks for runs (each is a
+      // holder that settles when it exits). With none named (a list that was missing or
+      // unusable), one holder that never settles: the block stays kept.
+      bool named = false;
+      for (Client& c : clients_) {
+        if (!c.who.inherited) continue;
+        if (c.pins[pool].emplace(p.id, Pin{p.generation, p.references, PinState::kLost}).second)
+          ++holders_[pool][p.id];
+        named = true;
+      }
+      if (!named) ++holders_[pool][p.id];
+      continue;
+    }
     Client* c = find(p.owner);
     if (c == nullptr) {
-      // The previous keeper's, for a client of the daemon before it that nobody can name
-      // any more: one holder that never settles, so the block stays kept.
-      ++holders_[pool][p.id];
+      ++holders_[pool][p.id];  // cannot happen: adoption pins only live owners' blocks
       continue;
     }
     auto [it, fresh] = c->pins[pool].emplace(p.id, Pin{p.generation, p.references});
@@ -39,7 +59,7 @@ void PreviousClients::add_pins(uint32_t pool, std::span<const pool::AdoptPin> pi
 
 PreviousClients::Client* PreviousClients::find(uint32_t slot) {
   for (auto& c : clients_)
-    if (c.who.slot == slot) return &c;
+    if (c.who.slot == slot && !c.who.inherited) return &c;
   return nullptr;
 }
 
@@ -132,10 +152,17 @@ uint32_t PreviousClients::reap(std::span<pool::PoolCore* const> cores) {
     if (::poll(&p, 1, 0) == 0) return false;  // still runs
     uint32_t n = settle_all(c, cores, PinState::kOpen);
     n += settle_all(c, cores, PinState::kLost);
-    spdlog::info(
-        "previous client in slot {} (pid {}) has exited{}: {} block(s) kept for it are back "
-        "in circulation",
-        c.who.slot, c.who.pid, c.finished ? "" : " without reattaching", n);
+    if (c.who.inherited) {
+      spdlog::info(
+          "process {} that missed a restart has exited: {} block(s) kept for it are back in "
+          "circulation",
+          c.who.pid, n);
+    } else {
+      spdlog::info(
+          "previous client in slot {} (pid {}) has exited{}: {} block(s) kept for it are back "
+          "in circulation",
+          c.who.slot, c.who.pid, c.finished ? "" : " without reattaching", n);
+    }
     returned += n;
     return true;
   });

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "daemon/adoption.hpp"
+#include "daemon/kept_processes.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/protocol.hpp"
@@ -30,9 +31,11 @@ namespace kvpool::daemon {
 class PreviousClients {
  public:
   PreviousClients() = default;
-  // `keeper`: the pool-core owner adoption gave their blocks to.
+  // `keeper`: the pool-core owner adoption gave their blocks to. `previous_keeper`: the
+  // previous daemon's keeper owner, whose pins are kept for the inherited clients (those
+  // of `clients` marked so: processes it kept blocks for, daemon/kept_processes.hpp).
   PreviousClients(uint64_t epoch, std::vector<Adoption::LiveClient> clients, uint32_t keeper,
-                  size_t num_pools);
+                  size_t num_pools, uint32_t previous_keeper = pool::kNone);
 
   // What pool `pool`'s adoption pinned (pool::PoolCore::adopt_registry's pins).
   void add_pins(uint32_t pool, std::span<const pool::AdoptPin> pins);
@@ -53,6 +56,8 @@ class PreviousClients {
   uint32_t reap(std::span<pool::PoolCore* const> cores);
 
   size_t waiting() const { return clients_.size(); }
+  // The processes this daemon's keeper keeps blocks for (its successor's kept list).
+  std::vector<KeptProcess> kept_processes() const;
 
  private:
   enum class PinState : uint8_t { kOpen, kClaimed, kLost, kSettled };
@@ -78,6 +83,7 @@ class PreviousClients {
 
   uint64_t epoch_ = 0;
   uint32_t keeper_ = 0;
+  uint32_t previous_keeper_ = pool::kNone;
   std::vector<Client> clients_;
   // Per pool: block -> previous clients that still need it kept.
   std::vector<std::unordered_map<uint32_t, uint32_t>> holders_;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

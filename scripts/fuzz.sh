@@ -2,7 +2,7 @@
 # Builds kvpool's libFuzzer targets with clang-14 (ASan + UBSan) in the asan preset's build
 # folder (the one scripts/test.sh runs the sanitized tests from, so CI compiles once) and runs
 # each for a bounded time on a copy of its seed corpus, all at once.
-#   scripts/fuzz.sh [target...]        targets: dispatch config (default: both)
+#   scripts/fuzz.sh [target...]        targets: dispatch config adopt (default: all three)
 # Env: FUZZ_SECONDS (default 60) per target, FUZZ_BUILD_DIR (default build-fuzz),
 #      FUZZ_JOBS (parallel build jobs, default nproc).
 # Exits non-zero when a target crashes, leaks, hangs or breaks a checked property; the
@@ -15,7 +15,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 JOBS=${FUZZ_JOBS:-$(nproc)}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(dispatch config)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(dispatch config adopt)
 BINS=()
 for t in "${TARGETS[@]}"; do BINS+=("kvpool_${t}_fuzz"); done
 

@@ -89,7 +89,7 @@ sanitized() {
 }
 ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
 # The asan build also makes the fuzz targets (same instrumentation): fuzz.sh reuses it.
-sanitized asan "$ASAN_DIR" kvpool_dispatch_fuzz kvpool_config_fuzz
+sanitized asan "$ASAN_DIR" kvpool_dispatch_fuzz kvpool_config_fuzz kvpool_adopt_fuzz
 sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
 
 echo "== fuzz"

@@ -7,6 +7,7 @@
 
 #include "client_impl.hpp"
 #include "kvpool/core/checksum.hpp"
+#include "kvpool/shm/check_slice.hpp"
 
 namespace kvpool {
 namespace {
@@ -365,10 +366,10 @@ Result<std::vector<ChecksumResult>> Pool::verify_blocks(std::span<const Immutabl
           "block " + std::to_string(i) + " is not a held block of pool '" + view.name + "'");
     refs.push_back({b.block_id(), b.generation()});
   }
-  // The daemon hashes at most kChecksumBudgetBytes per request (it serves every client
+  // The daemon hashes at most kCheckSliceBytes per request (it serves every client
   // meanwhile): send as many requests as that takes.
   const uint64_t per = std::max<uint64_t>(
-      1, proto::kChecksumBudgetBytes / std::max<uint64_t>(view.layout.block_bytes(), 1));
+      1, proto::kCheckSliceBytes / std::max<uint64_t>(view.layout.block_bytes(), 1));
   std::vector<ChecksumResult> out;
   out.reserve(refs.size());
   for (size_t at = 0; at < refs.size(); at += per) {

@@ -1,8 +1,12 @@
 // ClientImpl: what this client holds, and its reattach to a restarted kvpoold (issue 15).
 //
 // When kvpoold dies, the call in flight fails with kDaemonGone as before: whether the
-// daemon did it before dying is unknown. The next call waits (ReattachPolicy::wait at most)
-// for a new kvpoold on the same instance, connects, and, in the same step, tells it what
+// daemon did it before dying is unknown. The next call waits (ReattachPolicy::wait at most,
+// 50 ms by default: well under an engine's step) for a new kvpoold on the same instance;
+// when none came, the daemon is known to be down and every later call tries once to
+// connect (microseconds while nothing listens) and fails at once with kDaemonGone: for an
+// engine a missing daemon costs a cache miss, never a stalled step. The call that finds a
+// daemon back connects, and, in the same step, tells it what
 // this client still holds (kReclaim, one record per pool and batch, the last one final).
 // The daemon gives back what its adoption proves this process held and answers what it
 // cannot ("lost"); everything else it kept for us goes back into circulation. Handles
@@ -122,13 +126,20 @@ Result<std::byte*> ClientImpl::address(uint32_t pool, uint32_t incarnation, pool
 
 // ---- what this client holds -----------------------------------------------------------
 
-void ClientImpl::count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable) {
+// One daemon reference per block, however many handles: an engine with many sequences on
+// one prefix matches the same block thousands of times, and the daemon's per-block cap
+// (max_refs_per_block, its bound against a hostile client) must never refuse it. A
+// reference the answer carries on a block we already hold goes into `surplus`, to be given
+// back at once; the word counts our handles.
+void ClientImpl::count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable,
+                              std::vector<pool::BlockRef>* surplus) {
   HeldTable& t = held_[pool];
   for (const pool::BlockRef& r : refs) {
     uint64_t w = t.load(r.id);
     // A block we hold has one generation; anything else there is a lost one's leftover.
     if (HeldTable::generation_of(w) != r.generation) w = uint64_t{r.generation} << 32;
     if (immutable) {
+      if ((w & HeldTable::kCountMask) != 0 && (w & HeldTable::kLost) == 0) surplus->push_back(r);
       w += 1;
     } else {
       w |= HeldTable::kMutable;
@@ -139,26 +150,38 @@ void ClientImpl::count_locked(uint32_t pool, std::span<const pool::BlockRef> ref
 
 Result<uint32_t> ClientImpl::took(const Call& call, uint32_t pool,
                                   std::span<const pool::BlockRef> refs, bool immutable) {
-  std::lock_guard lk(mu_);
-  if (call.conn != current_.load(std::memory_order_relaxed))
-    return proto::daemon_gone("it restarted while this answer was on its way; call again");
-  count_locked(pool, refs, immutable);
-  return incarnation(pool);
+  std::vector<pool::BlockRef> surplus;
+  uint32_t inc = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (call.conn != current_.load(std::memory_order_relaxed))
+      return proto::daemon_gone("it restarted while this answer was on its way; call again");
+    count_locked(pool, refs, immutable, &surplus);
+    inc = incarnation(pool);
+  }
+  for (const pool::BlockRef& r : surplus) call.conn->release(pool, /*immutable=*/true, r);
+  return inc;
 }
 
 Result<uint32_t> ClientImpl::registered(const Call& call, uint32_t pool,
                                         std::span<const pool::BlockRef> handed,
                                         std::span<const pool::BlockRef> refs) {
-  std::lock_guard lk(mu_);
-  if (call.conn != current_.load(std::memory_order_relaxed))
-    return proto::daemon_gone("it restarted while this answer was on its way; call again");
-  HeldTable& t = held_[pool];
-  for (const pool::BlockRef& r : handed) {
-    const uint64_t w = t.load(r.id);
-    if (HeldTable::generation_of(w) == r.generation) t.store(r.id, w & ~HeldTable::kMutable);
+  std::vector<pool::BlockRef> surplus;
+  uint32_t inc = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (call.conn != current_.load(std::memory_order_relaxed))
+      return proto::daemon_gone("it restarted while this answer was on its way; call again");
+    HeldTable& t = held_[pool];
+    for (const pool::BlockRef& r : handed) {
+      const uint64_t w = t.load(r.id);
+      if (HeldTable::generation_of(w) == r.generation) t.store(r.id, w & ~HeldTable::kMutable);
+    }
+    count_locked(pool, refs, /*immutable=*/true, &surplus);
+    inc = incarnation(pool);
   }
-  count_locked(pool, refs, /*immutable=*/true);
-  return incarnation(pool);
+  for (const pool::BlockRef& r : surplus) call.conn->release(pool, /*immutable=*/true, r);
+  return inc;
 }
 
 void ClientImpl::forget_mutable(uint32_t pool, std::span<const pool::BlockRef> refs) {
@@ -182,9 +205,11 @@ void ClientImpl::release(uint32_t pool, uint32_t incarnation, bool immutable, po
       const bool lost = (w & HeldTable::kLost) != 0;
       if (immutable && (w & HeldTable::kCountMask) > 0) w -= 1;
       if (!immutable) w &= ~HeldTable::kMutable;
+      // Another handle still holds the block: the one daemon reference stays (count_locked).
+      const bool still_held = immutable && (w & HeldTable::kCountMask) != 0;
       if ((w & (HeldTable::kCountMask | HeldTable::kMutable)) == 0) w = 0;
       t.store(ref.id, w);
-      if (lost) return;  // the daemon did not give it back: not ours to release there
+      if (lost || still_held) return;  // lost: the daemon did not give it back to us
     }
     c = current_.load(std::memory_order_relaxed);
   }
@@ -228,19 +253,28 @@ Result<Connection*> ClientImpl::reattach(Connection* dead) {
   // (Relaxed: both this load and the increment are under reattach_mutex_.)
   if (reattach_failures_.load(std::memory_order_relaxed) != failures_before)
     return last_reattach_failure_;
-  auto r = reattach_locked(dead);
-  if (!r) {
-    last_reattach_failure_ = r.status();
-    reattach_failures_.fetch_add(1, std::memory_order_release);
+  // Known down: one try, no wait (a daemon that is back answers it; none costs a refused
+  // connect). Else the first call after the death waits the bound for a restarting one.
+  const auto now = std::chrono::steady_clock::now();
+  auto r = reattach_locked(dead, known_down_ ? std::chrono::milliseconds(0) : reattach_.wait);
+  if (r) {
+    known_down_ = false;
+    return r;
   }
+  if (r.status().code() == ErrorCode::kDaemonGone) {
+    if (!known_down_) down_since_ = now;
+    known_down_ = true;
+  }
+  last_reattach_failure_ = r.status();
+  reattach_failures_.fetch_add(1, std::memory_order_release);
   return r;
 }
 
-Result<Connection*> ClientImpl::reattach_locked(Connection* dead) {
+Result<Connection*> ClientImpl::reattach_locked(Connection* dead, std::chrono::milliseconds bound) {
   // A daemon killed again while we claim from it is, for the next one, the previous
   // daemon: we claim from its successor what it had given back to us.
   for (Connection* from = dead;;) {
-    auto fresh = reconnect();
+    auto fresh = reconnect(bound);
     if (!fresh) return fresh.status();
     if (Status same = check_same_pools(*from, **fresh); !same.is_ok()) {
       failed_ = same;  // no later call can do better: connect a new Client
@@ -258,16 +292,20 @@ Result<Connection*> ClientImpl::reattach_locked(Connection* dead) {
   }
 }
 
-// A new daemon on the same instance, waited for up to the policy's bound: its socket may
-// not be there yet, or refuse while nobody listens.
-Result<std::unique_ptr<Connection>> ClientImpl::reconnect() {
-  const auto deadline = std::chrono::steady_clock::now() + reattach_.wait;
-  auto pause = std::chrono::milliseconds(5);
+// A new daemon on the same instance, waited for up to `bound`: its socket may not be there
+// yet, or refuse while nobody listens. Tries at least once. A handshake never waits longer
+// than the policy's bound either: a socket that accepts and does not answer is a daemon
+// still starting (or wedged), and a call must not stall on it.
+Result<std::unique_ptr<Connection>> ClientImpl::reconnect(std::chrono::milliseconds bound) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + bound;
+  auto pause = std::chrono::milliseconds(2);
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     ConnectionOptions o = options_;
-    o.connect_timeout = std::max(std::chrono::milliseconds(1), std::min(o.connect_timeout, left));
+    o.connect_timeout = std::max(std::chrono::milliseconds(1),
+                                 std::min(o.connect_timeout, std::max(left, reattach_.wait)));
     auto fresh = Connection::open(instance_, o);
     if (fresh) return fresh;
     const ErrorCode code = fresh.status().code();
@@ -277,15 +315,23 @@ Result<std::unique_ptr<Connection>> ClientImpl::reconnect() {
                         code == ErrorCode::kIoError || code == ErrorCode::kTimeout ||
                         code == ErrorCode::kDaemonUnresponsive;
     if (!absent) return fresh.status();
-    if (std::chrono::steady_clock::now() + pause >= deadline)
+    if (std::chrono::steady_clock::now() + pause >= deadline) {
+      const auto down_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                (known_down_ ? down_since_ : start))
+              .count();
       return proto::daemon_gone(
-          "no kvpoold came back on instance '" + instance_ + "' within " +
+          "no kvpoold came back on instance '" + instance_ + "' (down for " +
+          std::to_string(down_ms) + " ms; a call waits at most " +
           std::to_string(reattach_.wait.count()) +
-          " ms (ConnectOptions::reattach_timeout); last try: " + fresh.status().message());
+          " ms for one, ConnectOptions::reattach_timeout, then each call tries once to "
+          "reconnect and fails at once: handles stay valid); last try: " +
+          fresh.status().message());
+    }
     // Backing off between tries is what this wait is for: there is nothing to wait on
     // until a daemon creates the socket.
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
 }
 
@@ -373,8 +419,8 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successo
       if (w == 0 || (w & HeldTable::kLost) != 0) continue;
       const uint32_t gen = HeldTable::generation_of(w);
       if ((w & HeldTable::kMutable) != 0) items.push_back({{id, gen}, 0, 0});
-      if ((w & HeldTable::kCountMask) != 0)
-        items.push_back({{id, gen}, static_cast<uint32_t>(w & HeldTable::kCountMask), 0});
+      // One daemon reference however many handles (count_locked).
+      if ((w & HeldTable::kCountMask) != 0) items.push_back({{id, gen}, 1, 0});
       if (items.size() >= per_record) {
         if (Status st = send_one(pool, items, false); !st.is_ok()) return give_up(st);
         items.clear();

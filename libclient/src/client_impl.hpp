@@ -19,7 +19,8 @@ namespace kvpool::detail {
 
 struct ReattachPolicy {
   bool enabled = true;
-  std::chrono::milliseconds wait{15000};
+  // The longest a call waits for a restarted daemon (ConnectOptions::reattach_timeout).
+  std::chrono::milliseconds wait{50};
 };
 
 // One request on its way: the connection it went out on, and its correlation id there.
@@ -30,7 +31,8 @@ struct Call {
 
 // What this client holds in one pool, one 64-bit word per block: its generation (high
 // half), whether it is our mutable block (bit 31), whether the daemon refused to give it
-// back at a reattach (bit 30, "lost"), and our immutable references on it (bits 0-29).
+// back at a reattach (bit 30, "lost"), and our ImmutableBlock handles' slabs on it (bits
+// 0-29). However many, the daemon holds one reference per block for us (count_locked).
 // It is what a reattach claims back (daemon/previous_clients.hpp): the daemon's own record
 // cannot tell a release that was on its way when the daemon died from one never made.
 // Pages are zero until touched (an anonymous mapping): a pool of 1M blocks costs 8 MiB of
@@ -73,7 +75,9 @@ class ClientImpl {
   Connection& conn() const { return *current_.load(std::memory_order_acquire); }
 
   // Sends one request on the current connection; when its daemon is gone and reattach is
-  // on, first waits (up to the policy's bound) for a restarted daemon and reattaches.
+  // on, first reattaches to a restarted daemon: the first call after the death waits up to
+  // the policy's bound for one; once that found none, each call tries once and fails at
+  // once with kDaemonGone (the daemon is known to be down) until a daemon is back.
   Result<Call> send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
                     size_t item_bytes);
   Result<Response> call(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
@@ -116,13 +120,16 @@ class ClientImpl {
  private:
   Result<Connection*> usable();
   Result<Connection*> reattach(Connection* dead);
-  Result<Connection*> reattach_locked(Connection* dead);  // reattach_mutex_ held
-  Result<std::unique_ptr<Connection>> reconnect();
+  // reattach_mutex_ held. `bound`: how long to wait for a daemon to come back (0: one try).
+  Result<Connection*> reattach_locked(Connection* dead, std::chrono::milliseconds bound);
+  Result<std::unique_ptr<Connection>> reconnect(std::chrono::milliseconds bound);
   Status check_same_pools(const Connection& old, const Connection& fresh) const;
   // mu_ held. *successor_died: `fresh`'s daemon died before it answered every record;
   // what it did answer is ours under its slot there, which the daemon after it adopts.
   Status claim_back(Connection& old, Connection& fresh, bool* successor_died);
-  void count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable);
+  // `surplus`: daemon references on blocks we held already, to give back once unlocked.
+  void count_locked(uint32_t pool, std::span<const pool::BlockRef> refs, bool immutable,
+                    std::vector<pool::BlockRef>* surplus);
 
   const std::string instance_;
   const ConnectionOptions options_;
@@ -134,6 +141,10 @@ class ClientImpl {
   // for another's attempt takes its answer instead of waiting the whole bound again.
   std::atomic<uint64_t> reattach_failures_{0};
   Status last_reattach_failure_;
+  // A wait of the policy's bound found no daemon (reattach_mutex_): it is known to be
+  // down, and calls stop waiting for it (an engine's step must not stall on a cache).
+  bool known_down_ = false;
+  std::chrono::steady_clock::time_point down_since_{};
   // Held for every change of what we hold and for the swap of connections: a release is
   // counted and sent on the connection current at that moment, never half on each side
   // of a reattach's claim.

@@ -6,12 +6,13 @@
 //                      [--decode-us N] [--priorities N]
 // scripts/stress.sh drives the same worker with --decode-us 0 and random priorities.
 // Exit codes: 0 ok, 1 corrupt block seen, 2 cannot attach, 3 the daemon went away (with
-// --reattach 1: and no kvpoold came back in time), 4 a held handle failed on use.
+// --reattach 1: and no kvpoold came back within 20 s), 4 a held handle failed on use.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -93,7 +94,9 @@ int main(int argc, char** argv) {
     for (uint32_t t = 0; t < 8 * page; ++t) system_prompts[s].push_back(1000 * (s + 1) + t);
 
   uint64_t requests = 0, prompt_blocks = 0, matched_blocks = 0, corrupt = 0, errors = 0;
-  int gone_in_a_row = 0;
+  // --reattach: since the first DaemonGone of a run of them (calls fail at once while no
+  // kvpoold runs; the first one after it is back reattaches).
+  std::optional<std::chrono::steady_clock::time_point> gone_since;
   auto end = Clock::now() + std::chrono::duration<double>(seconds);
   while (Clock::now() < end) {
     std::vector<Token> prompt = system_prompts[rng() % 4];
@@ -107,12 +110,18 @@ int main(int argc, char** argv) {
     ++requests;
     prompt_blocks += hashes.size();
 
-    // kDaemonGone: kvpoold died. Without --reattach, exit 3. With it, the call in flight
-    // failed (whether kvpoold did it is unknown) and the next call reattaches: drop this
-    // request and go on; a second one in a row means no kvpoold came back in time.
+    // kDaemonGone: kvpoold died. Without --reattach, exit 3. With it, the call failed at
+    // once (a cache miss for an engine): drop this request, take an engine step's time
+    // (1 ms) and go on; a later call reattaches once a kvpoold is back. 20 s of nothing but
+    // DaemonGone means none came back.
     auto gone = [&](const Status& st) {
       if (st.code() != ErrorCode::kDaemonGone) return false;
-      if (reattach && ++gone_in_a_row < 2) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (!gone_since) gone_since = now;
+      if (reattach && now - *gone_since < std::chrono::seconds(20)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return true;
+      }
       std::fprintf(stderr, "worker %llu: %s\n", static_cast<unsigned long long>(seed),
                    st.to_string().c_str());
       std::exit(3);
@@ -123,7 +132,7 @@ int main(int argc, char** argv) {
       ++errors;
       continue;
     }
-    gone_in_a_row = 0;
+    gone_since.reset();
     matched_blocks += hit->size();
     for (auto& b : *hit) {  // a shared block holds exactly what its writer wrote
       for (uint32_t l = 0; l < L.num_layers; ++l)

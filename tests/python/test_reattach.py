@@ -82,3 +82,31 @@ def test_an_async_call_after_a_kill9_reattaches(daemon_factory):
     for i in range(len(hashes)):
         assert int(np.asarray(matched[i])[0, 0, 0, 0]) == 77 + i
     matched.release()
+
+
+def test_calls_while_no_daemon_runs_fail_fast_then_reattach(daemon_factory):
+    """Issue 27, item 8, with the shipped defaults: while no kvpoold runs, every call raises
+    DaemonGone at once (the first waits the 50 ms bound once); the first call after a
+    daemon is back reattaches."""
+    import time
+
+    d = daemon_factory()
+    client = d.connect()  # reattach on, its default bound
+    pool = client.pool("g")
+    d.kill()
+    wait_until(lambda: not client.daemon_alive, 10, "the client to notice the kill")
+    times = []
+    for _ in range(30):
+        t0 = time.monotonic()
+        with pytest.raises(kvpool.DaemonGone):
+            pool.match_sequence_hashes([1, 2, 3])
+        times.append(time.monotonic() - t0)
+    # A hang guard, not a speed check: each call used to wait 15 s.
+    assert sum(times) < 10.0
+    later = sorted(times[1:])
+    print(f"no kvpoold: first call {times[0] * 1e3:.2f} ms, the next {len(later)}: "
+          f"p50 {later[len(later) // 2] * 1e6:.0f} us, max {later[-1] * 1e6:.0f} us")
+    d.start()
+    client.ping()  # the first call after it is back reattaches
+    assert client.daemon_alive
+    assert len(pool.match_sequence_hashes([1, 2, 3])) == 0

@@ -2,11 +2,14 @@
 // the generation tags that let a daemon tell its handles from another daemon's.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/pool/previous_arena.hpp"
 
 namespace kvpool::pool {
 namespace {
@@ -179,6 +182,113 @@ TEST(Adopt, RefusesAnotherShapeOrAPoolInUse) {
   Arena used(8);
   used.allocate(0, 1);
   EXPECT_FALSE(used.core().adopt_registry(frozen->core()).is_ok());
+}
+
+// Issue 27, item 2: the previous arena is hostile input. Each header field scribbled, with
+// values a stray writer leaves: a field that sizes or places anything (and the tick) makes
+// the pool start empty with an error naming it; a complete arena whose bookkeeping
+// disagrees with its lists fails its invariants; the bookkeeping of an interrupted arena
+// is never read (what adoption keeps is the same as without the scribble). Never a crash.
+TEST(Adopt, EveryScribbledHeaderFieldIsBoundedBeforeUse) {
+  struct Field {
+    const char* name;
+    size_t offset, size;
+    bool sizes;  // sizes or places something: must be refused, named
+  };
+#define KVPOOL_FIELD(f, sizes) \
+  Field { #f, offsetof(ArenaHeader, f), sizeof(ArenaHeader::f), sizes }
+  const Field fields[] = {
+      KVPOOL_FIELD(magic, true),
+      KVPOOL_FIELD(version, true),
+      KVPOOL_FIELD(num_blocks, true),
+      KVPOOL_FIELD(max_owners, true),
+      KVPOOL_FIELD(max_holds, true),
+      KVPOOL_FIELD(table_capacity, true),
+      KVPOOL_FIELD(hold_table_capacity, true),
+      KVPOOL_FIELD(max_levels, true),
+      KVPOOL_FIELD(level_table_capacity, true),
+      KVPOOL_FIELD(off_blocks, true),
+      KVPOOL_FIELD(off_table, true),
+      KVPOOL_FIELD(off_levels, true),
+      KVPOOL_FIELD(off_level_heap, true),
+      KVPOOL_FIELD(off_level_table, true),
+      KVPOOL_FIELD(off_owners, true),
+      KVPOOL_FIELD(off_holds, true),
+      KVPOOL_FIELD(off_hold_table, true),
+      KVPOOL_FIELD(off_checksums, true),
+      KVPOOL_FIELD(total_bytes, true),
+      KVPOOL_FIELD(tick, false),  // bounded: one near 2^64 would wrap the eviction order
+      KVPOOL_FIELD(free_head, false),
+      KVPOOL_FIELD(free_tail, false),
+      KVPOOL_FIELD(level_count, false),
+      KVPOOL_FIELD(level_free_head, false),
+      KVPOOL_FIELD(hold_free_head, false),
+      KVPOOL_FIELD(registered, false),
+      KVPOOL_FIELD(generation_tag, false),
+  };
+#undef KVPOOL_FIELD
+  // 8 owners: their records fill whole cache lines, so that any larger max_owners moves
+  // the offsets after them (alignment padding would hide a smaller step: kvpoold checks
+  // max_owners against its predecessor's max_clients, daemon/adoption.cpp).
+  Arena old(16, 8);
+  auto inactive = old.register_hashes(0, old.allocate(0, 3), {101, 102, 103});
+  ASSERT_TRUE(old.core().release_immutable(0, inactive).is_ok());
+  old.register_hashes(1, old.allocate(1, 2), {201, 202}, /*prio=*/5);
+  old.allocate(2, 4);
+  const size_t bytes = *PoolCore::arena_bytes(PoolCoreConfig{16, 8, 0});
+  // What adoption keeps of the unscribbled arena (interrupted: no invariant check).
+  uint32_t baseline = 0;
+  {
+    auto frozen = old.copy();
+    reinterpret_cast<ArenaHeader*>(frozen->mem())->stats.write_seq.fetch_or(1);
+    auto prev = open_previous_arena(frozen->mem(), bytes, "g");
+    ASSERT_TRUE(prev) << prev.status().to_string();
+    Arena now(16);
+    auto counts = now.core().adopt_registry(*prev);
+    ASSERT_TRUE(counts) << counts.status().to_string();
+    baseline = counts->adopted;
+    ASSERT_EQ(baseline, 5u);
+  }
+  for (const Field& f : fields) {
+    uint64_t orig = 0;
+    std::memcpy(&orig, old.mem() + f.offset, f.size);
+    const uint64_t ones = f.size == 8 ? ~uint64_t{0} : 0xFFFFFFFFull;
+    for (uint64_t value : {uint64_t{0}, uint64_t{1}, orig + 1, orig ^ (uint64_t{1} << 31),
+                           uint64_t{0xA5A5A5A5A5A5A5A5ull} & ones, ones}) {
+      if (value == orig) continue;
+      for (bool interrupted : {false, true}) {
+        SCOPED_TRACE(std::string(f.name) + " = " + std::to_string(value) +
+                     (interrupted ? " (interrupted)" : " (complete)"));
+        auto frozen = old.copy();
+        char* mem = frozen->mem();
+        std::memcpy(mem + f.offset, &value, f.size);
+        if (interrupted) reinterpret_cast<ArenaHeader*>(mem)->stats.write_seq.fetch_or(1);
+        auto prev = open_previous_arena(mem, bytes, "g");
+        if (f.sizes || (std::string(f.name) == "tick" && value >= (uint64_t{1} << 62))) {
+          ASSERT_FALSE(prev) << "a scribbled " << f.name << " was accepted";
+          EXPECT_NE(prev.status().message().find(f.name), std::string::npos)
+              << prev.status().to_string();
+          continue;
+        }
+        Arena now(16);
+        if (!interrupted) {
+          // Bookkeeping the invariants check: refused (the pool starts empty).
+          const std::string name = f.name;
+          if (name == "free_head" || name == "level_count" || name == "registered") {
+            EXPECT_FALSE(prev) << "a complete arena with a scribbled " << name;
+            continue;
+          }
+          // Bookkeeping nobody reads back from a dead daemon's arena.
+          ASSERT_TRUE(prev) << prev.status().to_string();
+        }
+        ASSERT_TRUE(prev) << prev.status().to_string();
+        auto counts = now.core().adopt_registry(*prev);
+        ASSERT_TRUE(counts) << counts.status().to_string();
+        EXPECT_EQ(counts->adopted, baseline);
+        EXPECT_TRUE(now.core().check_invariants().is_ok());
+      }
+    }
+  }
 }
 
 TEST(GenerationTags, EveryGenerationCarriesTheTagAndForeignHandlesAreNamed) {

@@ -9,8 +9,9 @@
 //
 // Every call blocks until kvpoold answers; *_async forms send at once and return a
 // future. A Client may be used from several threads. If kvpoold dies, the calls in flight
-// fail with ErrorCode::kDaemonGone (within ~50 ms), never hang; later calls reattach to
-// the restarted daemon, keeping the handles it proves are ours (ConnectOptions::reattach).
+// fail with ErrorCode::kDaemonGone (within ~50 ms), never hang; so do calls while no daemon
+// runs, at once; the first call after a daemon is back reattaches to it, keeping the
+// handles it proves are ours (ConnectOptions::reattach).
 //
 // Device pools (storage "cuda"): the daemon owns one CUDA allocation per pool; a client
 // opens it with cudaIpcOpenMemHandle on first use and closes it when the Client goes.
@@ -53,14 +54,18 @@ struct ConnectOptions {
   // (no device visible). Left false, no CUDA call is made for host pools.
   bool pin_host_pools = false;
   // When kvpoold dies, the calls in flight fail with kDaemonGone (what they did is unknown)
-  // and so do calls while no daemon runs. With `reattach` (the default), the next call
-  // waits up to `reattach_timeout` for a kvpoold on the same instance, connects to it, and
-  // takes back what this client held: handles stay valid (same ids, same memory) where the
-  // new daemon adopted the pool and proves the block was ours; others fail with
-  // kInvalidHandle on use. A daemon with other pools (names, shapes) is not reattached to:
-  // calls fail with kDaemonGone, connect a new Client. See docs/restarts.md.
+  // within milliseconds. With `reattach` (the default), the first call after that waits up
+  // to `reattach_timeout` (50 ms: well under an engine's step) for a kvpoold on the same
+  // instance; if none came, the daemon is known to be down and every later call tries
+  // once to connect (microseconds while no daemon listens) and fails at once with
+  // kDaemonGone: a missing daemon costs an engine a cache miss, never a stalled step. The
+  // call that finds a daemon back connects to it and takes back what this client held:
+  // handles stay valid (same ids, same memory) where the new daemon adopted the pool and
+  // proves the block was ours; others fail with kInvalidHandle on use. A daemon with other
+  // pools (names, shapes) is not reattached to: calls fail with kDaemonGone, connect a new
+  // Client. See docs/restarts.md.
   bool reattach = true;
-  std::chrono::milliseconds reattach_timeout{15000};
+  std::chrono::milliseconds reattach_timeout{50};
 };
 
 class Pool;
@@ -146,14 +151,14 @@ class Pool {
   // Has kvpoold hash each of `blocks` (immutable blocks of this pool that this client
   // holds) and compare it with its registered checksum: one result per block, in order.
   // A kMismatch block has been evicted (counted in kvpool_checksum_mismatches_total).
-  // Blocks are sent in requests of at most ~4 MiB of hashing each.
+  // Blocks are sent in requests of at most 64 KiB of hashing each (one block at least).
   Result<std::vector<ChecksumResult>> verify_blocks(std::span<const ImmutableBlock> blocks);
   // The same as one Status: ok when no block failed (blocks without a checksum pass),
   // else kChecksumMismatch naming the first that did.
   Status check_blocks(std::span<const ImmutableBlock> blocks);
   // One step of a scrub of the whole pool from `start_block`: kvpoold checks registered
   // blocks that carry a checksum, hashing at most `byte_budget` bytes (0, or more than
-  // 4 MiB: 4 MiB) but at least one block, and evicts those that fail. Loop from 0 until
+  // 64 KiB: 64 KiB) but at least one block, and evicts those that fail. Loop from 0 until
   // next_block == layout().num_blocks (`kvpoolctl scrub` does).
   Result<ScrubStep> scrub_step(uint32_t start_block, uint64_t byte_budget = 0);
 

@@ -111,9 +111,11 @@ typedef struct kvpool_connect_options {
   uint32_t poll_us;            /* µs a call polls for its answer before sleeping; default 50 */
   uint32_t pin_host_pools;     /* nonzero: cudaHostRegister host pools (CUDA builds) */
   /* Since ABI 1.1 (struct_size says): after kvpoold dies, the next call waits up to
-   * reattach_timeout_ms for it to come back and reattaches (ConnectOptions::reattach). */
+   * reattach_timeout_ms for it to come back and reattaches; if none came, later calls
+   * fail at once with KVPOOL_ERR_DAEMON_GONE (each tries once to reconnect) until one is
+   * back, handles kept (ConnectOptions::reattach). */
   uint32_t reattach;            /* nonzero (the default): reattach */
-  uint32_t reattach_timeout_ms; /* default 15000 */
+  uint32_t reattach_timeout_ms; /* default 50 */
 } kvpool_connect_options;
 
 /* Fills *options with the defaults (struct_size included). */

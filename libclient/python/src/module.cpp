@@ -218,7 +218,9 @@ py::dict layout_dict(const PoolMeta& m) {
 PYBIND11_MODULE(_kvpool, m) {
   using namespace kvpool;
   using namespace kvpool::python;
-  m.doc() = "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's docs/python.md).";
+  m.doc() =
+      "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's "
+      "docs/python.md).";
   bind_errors(m);
   bind_blocks(m);
 #ifdef KVPOOL_HAVE_DLPACK
@@ -286,11 +288,12 @@ PYBIND11_MODULE(_kvpool, m) {
       .def_static("connect", &connect, py::arg("instance") = "default", py::arg("runtime_dir") = "",
                   py::arg("connect_timeout") = 5.0, py::arg("poll_us") = 50,
                   py::arg("pin_host_pools") = false, py::arg("reattach") = true,
-                  py::arg("reattach_timeout") = 15.0,
+                  py::arg("reattach_timeout") = 0.05,
                   "Attaches to kvpoold `instance`; runtime_dir '' resolves like the daemon does.\n"
                   "connect_timeout in seconds. reattach: after kvpoold dies, the next call waits\n"
-                  "up to reattach_timeout seconds for it to come back and reattaches, keeping\n"
-                  "the blocks the restarted daemon adopted (DaemonGone otherwise).")
+                  "up to reattach_timeout seconds (0.05) for it to come back and reattaches,\n"
+                  "keeping the blocks the restarted daemon adopted; if none came, later calls\n"
+                  "raise DaemonGone at once (each tries once to reconnect) until one is back.")
       .def(
           "pool",
           [](const Client& c, const std::string& name) { return PoolObject(check(c.pool(name))); },

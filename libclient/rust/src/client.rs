@@ -21,8 +21,10 @@ pub struct ConnectOptions {
     pub poll_us: u32,
     /// cudaHostRegister host pools (CUDA builds only).
     pub pin_host_pools: bool,
-    /// After kvpoold dies, the next call waits up to `reattach_timeout` for it to come
-    /// back and reattaches, keeping the blocks it adopted (C++ `ConnectOptions::reattach`).
+    /// After kvpoold dies, the next call waits up to `reattach_timeout` (50 ms) for it to
+    /// come back and reattaches, keeping the blocks it adopted; if none came, later calls
+    /// fail at once with `DaemonGone` (each tries once to reconnect) until one is back
+    /// (C++ `ConnectOptions::reattach`).
     pub reattach: bool,
     pub reattach_timeout: Duration,
 }

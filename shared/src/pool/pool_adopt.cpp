@@ -29,9 +29,11 @@
 // Cost: O(blocks) plus a sort of the kept ones; no KV byte is read.
 #include <algorithm>
 #include <atomic>
+#include <string>
 #include <vector>
 
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/pool/previous_arena.hpp"
 
 namespace kvpool::pool {
 namespace {
@@ -49,9 +51,47 @@ void copy_registration(const BlockMeta& m, BlockMeta& b) {
 
 }  // namespace
 
+Status arena_tables_have_room(const ArenaHeader& h) {
+  const char* base = reinterpret_cast<const char*>(&h);
+  const struct {
+    const char* name;
+    uint64_t offset;
+    uint32_t capacity;
+  } tables[] = {{"hash table", h.off_table, h.table_capacity},
+                {"hold table", h.off_hold_table, h.hold_table_capacity},
+                {"level table", h.off_level_table, h.level_table_capacity}};
+  for (const auto& t : tables) {
+    const auto* e = reinterpret_cast<const TableEntry*>(base + t.offset);
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < t.capacity; ++i) used += e[i].used != 0;
+    if (used > t.capacity / 2)
+      return Status(ErrorCode::kInternal, std::string("the ") + t.name + " has " +
+                                              std::to_string(used) + " of " +
+                                              std::to_string(t.capacity) +
+                                              " slots used; a sound one is at most half full");
+  }
+  return Status::ok();
+}
+
+Result<PoolCore> open_previous_arena(const void* memory, size_t bytes, std::string name) {
+  // attach() validates the header; this core is only read (no write call is made on it).
+  auto prev = PoolCore::attach(const_cast<void*>(memory), bytes, 0, std::move(name));
+  if (!prev) return prev.status();
+  KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(prev->header()));
+  // Its daemon died between two pool calls: then every structure was complete, and any
+  // broken invariant means someone wrote where nobody may. Nothing of it is served.
+  if ((prev->header().stats.write_seq.load(std::memory_order_relaxed) & 1) == 0)
+    if (Status inv = prev->check_invariants(); !inv.is_ok())
+      return Status(ErrorCode::kInternal, "its arena is corrupt (" + inv.message() + ")");
+  return prev;
+}
+
 Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
                                              std::span<const uint8_t> live_owners, uint32_t keeper,
                                              std::vector<AdoptPin>* pins) {
+  // `previous` is hostile input: attach() validated every size and offset of its header
+  // against its block count, and every index read below is bounded before use (a block id
+  // by num_blocks, an owner by live_owners, a hold by max_holds).
   const ArenaHeader& ph = *previous.header_;
   if (ph.num_blocks != header_->num_blocks)
     return Status(ErrorCode::kInvalidState,
@@ -63,15 +103,8 @@ Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
                   "pool '" + name_ + "': adoption needs a freshly created pool");
 
   // A linear-probing look-up ends at an empty slot: a scribbled table with none would never
-  // end. A sound table is at most half full (capacity >= 2 * num_blocks).
-  const auto* entries = reinterpret_cast<const TableEntry*>(
-      reinterpret_cast<const char*>(previous.header_) + ph.off_table);
-  uint64_t used = 0;
-  for (uint32_t i = 0; i < ph.table_capacity; ++i) used += entries[i].used != 0;
-  if (used > ph.num_blocks)
-    return Status(ErrorCode::kInternal, "pool '" + name_ + "': the previous hash table has " +
-                                            std::to_string(used) + " entries for " +
-                                            std::to_string(ph.num_blocks) + " blocks (corrupt)");
+  // end. (validate() bounded its capacity and offset by the block count.)
+  KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(previous.header()));
 
   if (!live_owners.empty() && keeper >= header_->max_owners)
     return Status(ErrorCode::kInvalidState,

@@ -1,5 +1,7 @@
 #include "kvpool/pool/pool_core.hpp"
 
+#include "kvpool/pool/previous_arena.hpp"
+
 #include "kvpool/core/checksum.hpp"
 #include "kvpool/core/counter.hpp"
 #include "write_section.hpp"
@@ -145,11 +147,48 @@ Status PoolCore::validate(const void* memory, size_t bytes) {
                                                    ", expected " + std::to_string(kArenaVersion));
   PoolCoreConfig c{h->num_blocks, h->max_owners, h->max_holds};
   auto o = compute_offsets(c);
-  if (!o) return o.status();
-  if (o->total != h->total_bytes || bytes < o->total || o->blocks != h->off_blocks ||
-      o->hold_table != h->off_hold_table || o->level_table != h->off_level_table ||
-      o->owners != h->off_owners || o->checksums != h->off_checksums)
-    return Status(ErrorCode::kVersionMismatch, "pool arena header is inconsistent");
+  if (!o)
+    return Status(ErrorCode::kVersionMismatch,
+                  "pool arena header field num_blocks, max_owners or max_holds is out of range: " +
+                      o.status().message());
+  // Every field against what the three sizes make it: a reader indexes with all of them.
+  const struct {
+    const char* name;
+    uint64_t got, want;
+  } fields[] = {
+      {"max_holds", h->max_holds, o->max_holds},
+      {"table_capacity", h->table_capacity, o->table_capacity},
+      {"hold_table_capacity", h->hold_table_capacity, o->hold_table_capacity},
+      {"max_levels", h->max_levels, o->max_levels},
+      {"level_table_capacity", h->level_table_capacity, o->level_table_capacity},
+      {"off_blocks", h->off_blocks, o->blocks},
+      {"off_table", h->off_table, o->table},
+      {"off_levels", h->off_levels, o->levels},
+      {"off_level_heap", h->off_level_heap, o->level_heap},
+      {"off_level_table", h->off_level_table, o->level_table},
+      {"off_owners", h->off_owners, o->owners},
+      {"off_holds", h->off_holds, o->holds},
+      {"off_hold_table", h->off_hold_table, o->hold_table},
+      {"off_checksums", h->off_checksums, o->checksums},
+      {"total_bytes", h->total_bytes, o->total},
+  };
+  for (const auto& f : fields)
+    if (f.got != f.want)
+      return Status(ErrorCode::kVersionMismatch,
+                    std::string("pool arena header field ") + f.name + " is " +
+                        std::to_string(f.got) + ", its num_blocks " +
+                        std::to_string(h->num_blocks) + ", max_owners " +
+                        std::to_string(h->max_owners) + " and max_holds " +
+                        std::to_string(h->max_holds) + " make it " + std::to_string(f.want));
+  // Ticks grow by one per pool call: one near the top would wrap the order of eviction.
+  if (h->tick >= (uint64_t{1} << 62))
+    return Status(ErrorCode::kVersionMismatch, "pool arena header field tick is " +
+                                                   std::to_string(h->tick) +
+                                                   ", beyond what any writer reaches");
+  if (bytes < o->total)
+    return Status(ErrorCode::kVersionMismatch, "pool arena of " + std::to_string(bytes) +
+                                                   " bytes is smaller than its total_bytes " +
+                                                   std::to_string(o->total));
   return Status::ok();
 }
 
@@ -873,6 +912,8 @@ PoolCounts PoolCore::counts() const {
 Status PoolCore::check_invariants() const {
   auto fail = [](std::string m) { return Status(ErrorCode::kInternal, std::move(m)); };
   const uint32_t n = header_->num_blocks;
+  // First: every look-up below must end (a probe stops at an empty slot).
+  KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(*header_));
   uint32_t by_state[4] = {0, 0, 0, 0};
   for (uint32_t i = 0; i < n; ++i) {
     uint8_t st = blocks_[i].state;
@@ -895,6 +936,9 @@ Status PoolCore::check_invariants() const {
   if (walked != c.free) return fail("free list length differs from free count");
   // Inactive levels: heap-ordered by priority, FIFO in return order, counts add up.
   uint32_t inactive_walked = 0;
+  if (header_->level_count > header_->max_levels)
+    return fail("level_count " + std::to_string(header_->level_count) + " exceeds max_levels " +
+                std::to_string(header_->max_levels));
   for (uint32_t p = 0; p < header_->level_count; ++p) {
     uint32_t lv = level_heap_[p];
     if (lv >= header_->max_levels || levels_[lv].heap_pos != p)
@@ -905,8 +949,11 @@ Status PoolCore::check_invariants() const {
     uint64_t last_tick = 0;
     uint32_t prev = kNone;
     for (uint32_t id = levels_[lv].head; id != kNone; id = blocks_[id].next) {
+      if (id >= n)
+        return fail("inactive list of priority " + std::to_string(levels_[lv].priority) +
+                    " names block " + std::to_string(id));
       const BlockMeta& b = blocks_[id];
-      if (id >= n || b.state != 3 || b.level != lv || b.prev != prev || ++inactive_walked > n)
+      if (b.state != 3 || b.level != lv || b.prev != prev || ++inactive_walked > n)
         return fail("inactive list of priority " + std::to_string(levels_[lv].priority) +
                     " is corrupt at block " + std::to_string(id));
       if (b.returned_tick <= last_tick) return fail("inactive list out of return order");
@@ -950,7 +997,7 @@ Status PoolCore::check_invariants() const {
     uint32_t e = 0;
     uint64_t refs = 0;
     for (uint32_t h = o.hold_head; h != kNone; h = holds_[h].next) {
-      if (h >= header_->max_holds || ++e > header_->max_holds)
+      if (h >= header_->max_holds || ++e > header_->max_holds)  // checked before holds_[h]
         return fail("hold list of owner " + std::to_string(ow) + " is corrupt");
       const HoldEntry& he = holds_[h];
       if (he.owner != ow || he.block >= n || he.count == 0 || blocks_[he.block].state != 2)
