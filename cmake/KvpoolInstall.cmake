@@ -6,8 +6,9 @@
 #   include/kvpool/{client,block}.hpp       the public API, and the shared headers they
 #   include/kvpool/core/*.hpp               (and TokenBlockSequence) include
 #   lib/libkvpool_c.so*, include/kvpool/kvpool.h   the stable C ABI
-#   lib/cmake/kvpool/                       find_package(kvpool) -> kvpool::client
+#   lib/cmake/kvpool/                       find_package(kvpool) -> kvpool::client, kvpool::c
 #   lib/pkgconfig/kvpool.pc                 pkg-config --cflags --libs kvpool
+#   lib/pkgconfig/kvpool_c.pc               pkg-config --cflags --libs kvpool_c (the C ABI)
 #   lib/systemd/system/kvpoold.service      ExecStart= and --config point into the prefix
 #   lib/systemd/system/kvpool-events.service  (with libnats) ExecStart=, EnvironmentFile= too
 #   lib/systemd/system/kvpool-exporter.service (with libmicrohttpd) ExecStart= too
@@ -52,7 +53,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/shared/include/kvpool/core/status.hpp
 # The stable C ABI: libkvpool_c.so.<ABI major> and kvpool.h; it finds libkvpool next door.
 if(TARGET kvpool_c)
   set_target_properties(kvpool_c PROPERTIES INSTALL_RPATH "$ORIGIN")
-  install(TARGETS kvpool_c LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # In the same export set as libkvpool: find_package(kvpool) gives kvpool::c too.
+  install(TARGETS kvpool_c EXPORT kvpoolTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(FILES ${PROJECT_SOURCE_DIR}/libclient/include/kvpool/kvpool.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvpool)
 endif()
@@ -83,14 +85,24 @@ if(TARGET kvpool-exporter)
   list(APPEND _kvpool_units kvpool-exporter.service)
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/kvpool.pc.in ${PROJECT_BINARY_DIR}/kvpool.pc.template @ONLY)
+set(_kvpool_pcs kvpool)
+if(TARGET kvpool_c)
+  # kvpool_c.pc's Version is the C ABI's (major.minor.0), as the library's file name.
+  get_target_property(KVPOOL_C_VERSION kvpool_c VERSION)
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/kvpool_c.pc.in ${PROJECT_BINARY_DIR}/kvpool_c.pc.template
+                 @ONLY)
+  list(APPEND _kvpool_pcs kvpool_c)
+endif()
 install(CODE "
   set(_prefix \"\${CMAKE_INSTALL_PREFIX}\")
   set(_dest \"\$ENV{DESTDIR}\${_prefix}\")
-  # kvpool.pc
-  file(READ \"${PROJECT_BINARY_DIR}/kvpool.pc.template\" _pc)
-  string(REPLACE \"%PREFIX%\" \"\${_prefix}\" _pc \"\${_pc}\")
-  message(STATUS \"Installing: \${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\")
-  file(WRITE \"\${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/kvpool.pc\" \"\${_pc}\")
+  # kvpool.pc, kvpool_c.pc
+  foreach(_name ${_kvpool_pcs})
+    file(READ \"${PROJECT_BINARY_DIR}/\${_name}.pc.template\" _pc)
+    string(REPLACE \"%PREFIX%\" \"\${_prefix}\" _pc \"\${_pc}\")
+    message(STATUS \"Installing: \${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/\${_name}.pc\")
+    file(WRITE \"\${_dest}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/\${_name}.pc\" \"\${_pc}\")
+  endforeach()
   # The systemd units (cmake/KvpoolInstallUnits.cmake).
   set(_configdir \"${KVPOOL_INSTALL_CONFIGDIR}\")
   if(NOT IS_ABSOLUTE \"\${_configdir}\")

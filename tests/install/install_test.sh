@@ -7,6 +7,7 @@
 #     dependency resolves, no RUNPATH into the build tree;
 #  3. examples/worker configures and builds against the prefix with find_package(kvpool)
 #     (CMAKE_PREFIX_PATH), and again by hand with `pkg-config --cflags --libs kvpool`;
+#     examples/c the same against the C library (kvpool::c, pkg-config kvpool_c);
 #  4. the installed kvpoold starts (installed default config, temp runtime dir and
 #     instance), both workers run against it and exit 0, the installed kvpoolctl sees it,
 #     and it stops cleanly on SIGTERM.
@@ -43,7 +44,7 @@ for f in bin/kvpoold bin/kvpoolctl include/kvpool/client.hpp include/kvpool/bloc
   [ -e "$prefix/$f" ] || fail "cmake --install did not install $f"
 done
 for f in cmake/kvpool/kvpoolConfig.cmake cmake/kvpool/kvpoolConfigVersion.cmake \
-         cmake/kvpool/kvpoolTargets.cmake pkgconfig/kvpool.pc; do
+         cmake/kvpool/kvpoolTargets.cmake pkgconfig/kvpool.pc pkgconfig/kvpool_c.pc; do
   [ -e "$libdir/$f" ] || fail "cmake --install did not install $libdir/$f"
 done
 # Exactly the public headers and what they include, nothing internal (shm/, pool/, ...).
@@ -139,6 +140,26 @@ case "$pc_flags" in *"-lkvpool"*) ;; *) fail "pkg-config --libs lacks -lkvpool: 
   { cat "$tmp/worker-pc.log" >&2; fail "examples/worker does not build with pkg-config's flags ($pc_flags)"; }
 echo "ok: examples/worker built with pkg-config ($pc_flags)"
 
+# The C example, against the C library: find_package(kvpool) -> kvpool::c, and pkg-config
+# kvpool_c (with nothing but the C compiler's defaults: strict C11).
+# shellcheck disable=SC2086
+"$cmake" -S "$src/examples/c" -B "$tmp/cworker" $gen -DCMAKE_PREFIX_PATH="$prefix" \
+  >"$tmp/cworker-configure.log" 2>&1 ||
+  { cat "$tmp/cworker-configure.log" >&2; fail "examples/c: find_package(kvpool) (kvpool::c) configure failed"; }
+"$cmake" --build "$tmp/cworker" >"$tmp/cworker-build.log" 2>&1 ||
+  { cat "$tmp/cworker-build.log" >&2; fail "examples/c does not build against the installed kvpool::c"; }
+if grep -rq -- "-I$src" "$tmp/cworker" 2>/dev/null; then fail "examples/c compiled against the source tree"; fi
+cpc_flags="$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs kvpool_c)" ||
+  fail "pkg-config --cflags --libs kvpool_c failed"
+case "$cpc_flags" in *"-lkvpool_c"*) ;; *) fail "pkg-config --libs kvpool_c lacks -lkvpool_c: $cpc_flags" ;; esac
+[ "$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --modversion kvpool_c)" = "$(readlink "$libdir/libkvpool_c.so.1" | sed 's/^libkvpool_c\.so\.//')" ] ||
+  fail "kvpool_c.pc's version is not the library's ($(readlink "$libdir/libkvpool_c.so.1"))"
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Werror -pedantic -o "$tmp/cworker-pc" "$src/examples/c/kvpool_example.c" \
+  $cpc_flags -Wl,-rpath,"$libdir" >"$tmp/cworker-pc.log" 2>&1 ||
+  { cat "$tmp/cworker-pc.log" >&2; fail "examples/c does not build with pkg-config kvpool_c's flags ($cpc_flags)"; }
+echo "ok: examples/c built with find_package(kvpool) (kvpool::c) and pkg-config kvpool_c"
+
 # ---- 4. run it against the installed daemon --------------------------------------------
 instance="inst$$"
 run="$tmp/run"
@@ -161,6 +182,15 @@ grep -q "0 block(s) matched before, 3 registered, 3 matched after" "$tmp/worker.
   fail "unexpected worker output: $(cat "$tmp/worker.out")"
 "$tmp/worker-pc" "$instance" "$run" >"$tmp/worker-pc.out" 2>&1 ||
   { cat "$tmp/worker-pc.out" >&2; fail "the pkg-config worker failed against the installed kvpoold"; }
+# The C example (pool g2 of the installed config): registers 4, then the other build matches 4.
+"$tmp/cworker/kvpool_example" "$instance" "$run" >"$tmp/cworker.out" 2>&1 ||
+  { cat "$tmp/cworker.out" >&2; fail "the find_package C example failed against the installed kvpoold"; }
+grep -q "matched 0 of 4 blocks, registered 4" "$tmp/cworker.out" ||
+  fail "unexpected C example output: $(cat "$tmp/cworker.out")"
+"$tmp/cworker-pc" "$instance" "$run" >"$tmp/cworker-pc.out" 2>&1 ||
+  { cat "$tmp/cworker-pc.out" >&2; fail "the pkg-config C example failed against the installed kvpoold"; }
+grep -q "matched 4 of 4 blocks, registered 0" "$tmp/cworker-pc.out" ||
+  fail "unexpected C example output (second run): $(cat "$tmp/cworker-pc.out")"
 "$prefix/bin/kvpoolctl" check --instance "$instance" --runtime-dir "$run" >"$tmp/check" 2>&1 ||
   fail "installed kvpoolctl check failed: $(cat "$tmp/check")"
 echo "ok: workers ran against the installed kvpoold: $(cat "$tmp/worker.out")"
