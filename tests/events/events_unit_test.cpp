@@ -357,26 +357,28 @@ TEST(RouterEventJson, TodaysEnvelopeCarriesDynamosNewFields) {
   src.dp_rank = 2;
   src.storage_tier = kTierHostPinned;
   src.residency_domain = kDomainCacheOwner;
-  src.state_source = "kvpool.host1.default";
+  // Dynamo's CacheOwnerId is a struct: it travels as the object it was configured as.
+  const nlohmann::ordered_json owner = {{"pool_id", {{"dc_id", 3}}}, {"slot", 4}};
+  src.state_source = &owner;
   src.hash_scheme = "dynamo-0.2";
   std::vector<StoredHashes> blocks = {{11, 21}};
   append_stored_json(s, src, 3, 5, blocks);
   EXPECT_EQ(s, R"({"worker_id":7,"storage_tier":"host_pinned","residency_domain":"cache_owner",)"
                R"("event":{"event_id":3,"dp_rank":2,"data":{"stored":{"parent_hash":5,)"
                R"("blocks":[{"block_hash":11,"tokens_hash":21}]}}},)"
-               R"("state_source":"kvpool.host1.default","hash_scheme":"dynamo-0.2"})");
+               R"("state_source":{"pool_id":{"dc_id":3},"slot":4},"hash_scheme":"dynamo-0.2"})");
   auto e = parse_router_event(s);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   EXPECT_EQ(e->storage_tier, "host_pinned");
   EXPECT_EQ(e->residency_domain, "cache_owner");
-  EXPECT_EQ(e->state_source, "kvpool.host1.default");
+  EXPECT_EQ(e->state_source, R"({"pool_id":{"dc_id":3},"slot":4})");
   EXPECT_EQ(e->hash_scheme, "dynamo-0.2");
   EXPECT_EQ(e->dp_rank, std::optional<uint32_t>(2));
   s.clear();
   append_cleared_json(s, src, 4);
   EXPECT_EQ(s, R"({"worker_id":7,"storage_tier":"host_pinned","residency_domain":"cache_owner",)"
                R"("event":{"event_id":4,"dp_rank":2,"data":"cleared"},)"
-               R"("state_source":"kvpool.host1.default","hash_scheme":"dynamo-0.2"})");
+               R"("state_source":{"pool_id":{"dc_id":3},"slot":4},"hash_scheme":"dynamo-0.2"})");
   // Valid JSON as a whole, whichever form.
   EXPECT_TRUE(nlohmann::json::accept(s));
 }
@@ -387,7 +389,8 @@ TEST(MessageBuilder, HostPoolsSpeakAsTheCacheOwnerDevicePoolsAsTheWorker) {
   RouterIdentity id;
   id.worker_id = 5;
   id.dp_rank = 1;
-  id.state_source = "kvpool.h.default";
+  id.cache_owner = true;
+  id.state_source = {{"pool_id", {{"dc_id", 1}}}};
   b.set_identity(id);
   b.set_pools(
       {{"g2", false, 16, HashScheme::kDynamo02}, {"g1", true, 16, HashScheme::kDynamoRouter}});
@@ -398,7 +401,7 @@ TEST(MessageBuilder, HostPoolsSpeakAsTheCacheOwnerDevicePoolsAsTheWorker) {
   ASSERT_EQ(cap.events.size(), 2u);
   EXPECT_EQ(cap.events[0].storage_tier, "host_pinned");
   EXPECT_EQ(cap.events[0].residency_domain, "cache_owner");
-  EXPECT_EQ(cap.events[0].state_source, "kvpool.h.default");
+  EXPECT_EQ(cap.events[0].state_source, R"({"pool_id":{"dc_id":1}})");
   EXPECT_EQ(cap.events[0].hash_scheme, "dynamo-0.2");
   EXPECT_EQ(cap.events[1].storage_tier, "device");
   EXPECT_EQ(cap.events[1].residency_domain, "worker");

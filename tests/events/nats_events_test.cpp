@@ -310,21 +310,18 @@ std::set<std::string> keys(const nlohmann::json& j) {
 
 // The envelope every message has: {"worker_id": int, "event": {"event_id": uint, "data": ...}}.
 // Today's RouterEvent (Dynamo's kv-router protocols.rs) from a host pool: storage tier,
-// residency as the host's shared cache with its stable state source, dp_rank, and kvpool's
-// hash scheme.
+// residency as the worker's cache (the default), dp_rank, and kvpool's hash scheme.
 const nlohmann::json& data_of(const nlohmann::json& m, int64_t worker, uint64_t* event_id) {
   EXPECT_TRUE(m.is_object()) << m.dump();
   EXPECT_EQ(keys(m), (std::set<std::string>{"worker_id", "storage_tier", "residency_domain",
-                                            "event", "state_source", "hash_scheme"}))
+                                            "event", "hash_scheme"}))
       << m.dump();
   EXPECT_TRUE(m["worker_id"].is_number_integer()) << m.dump();
   EXPECT_EQ(m["worker_id"].get<int64_t>(), worker);
   EXPECT_EQ(m["storage_tier"], "host_pinned") << m.dump();
-  EXPECT_EQ(m["residency_domain"], "cache_owner") << m.dump();
-  // The default state source: stable across restarts of kvpoold and kvpool-events.
-  EXPECT_TRUE(m["state_source"].is_string() &&
-              m["state_source"].get<std::string>().rfind("kvpool.", 0) == 0)
-      << m.dump();
+  // The default residency: the worker's own cache, no state_source (a cache owner needs
+  // Dynamo's CacheOwnerId, --state-source; dynamo_schema_test.cpp).
+  EXPECT_EQ(m["residency_domain"], "worker") << m.dump();
   EXPECT_EQ(m["hash_scheme"], "dynamo-0.2") << m.dump();
   const auto& ev = m["event"];
   EXPECT_TRUE(ev.is_object());

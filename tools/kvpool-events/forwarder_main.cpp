@@ -2,7 +2,8 @@
 //   kvpool-events --worker-id W [--instance NAME] [--runtime-dir DIR]            (Dynamo, NATS)
 //                 [--nats-url nats://127.0.0.1:4222] [--namespace NS] [--component C]
 //                 [--topic kv-events|kv_events] [--dp-rank R]
-//                 [--residency cache_owner|worker] [--state-source ID] [--legacy-envelope]
+//                 [--residency worker|cache_owner] [--state-source JSON|@FILE]
+//                 [--legacy-envelope]
 //   kvpool-events --format vllm --zmq-endpoint tcp://127.0.0.1:5557               (vLLM, ZMQ)
 //                 [--zmq-replay-endpoint tcp://127.0.0.1:5558] [--zmq-topic T]
 //                 [--replay-buffer N] [--dp-rank R] [--vllm-encoding map|array]
@@ -11,9 +12,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cctype>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "tools/kvpool-events/forwarder.hpp"
 #include "tools/kvpool-events/nats_output.hpp"
@@ -34,24 +37,30 @@ void on_signal(int) {
   if (g_forwarder) g_forwarder->stop();
 }
 
-// state_source travels unescaped in JSON: keep it to identifier characters.
-bool valid_source_id(const std::string& s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s)
-    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':' ||
-          c == '/'))
+// --state-source: Dynamo's CacheOwnerId as JSON, inline or @FILE. It must be an object (a
+// serde struct in Dynamo: a string there makes Dynamo drop every event, router_event.hpp).
+bool load_state_source(const std::string& arg, nlohmann::ordered_json& out, std::string& why) {
+  std::string text = arg;
+  if (!arg.empty() && arg[0] == '@') {
+    std::ifstream in(arg.substr(1));
+    if (!in) {
+      why = "cannot read " + arg.substr(1);
       return false;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  out = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) {
+    why = "not JSON (give Dynamo's CacheOwnerId as the JSON object Dynamo serialises)";
+    return false;
+  }
+  if (!out.is_object()) {
+    why =
+        "not a JSON object: Dynamo's CacheOwnerId is a struct (a pool id and a stable "
+        "dp slot id), and a plain string would make Dynamo drop every event";
+    return false;
+  }
   return true;
-}
-
-// A stable default: the same host and instance give the same id across restarts.
-std::string default_state_source(const std::string& instance) {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, 8, "host");
-  std::string id = std::string("kvpool.") + host + "." + instance;
-  for (char& c : id)
-    if (!valid_source_id(std::string(1, c))) c = '_';
-  return id;
 }
 
 }  // namespace
@@ -65,7 +74,8 @@ int main(int argc, char** argv) {
   std::string format = "dynamo";
   std::string log_level = "info";
   NatsOutputOptions nats;
-  std::string residency = "cache_owner";
+  std::string residency = "worker";
+  std::string state_source;
   VllmOutputOptions vllm;
   std::string encoding = "map";
   int64_t dp_rank = 0;
@@ -100,12 +110,13 @@ int main(int argc, char** argv) {
                  "(Dynamo 0.2.1)")
       ->capture_default_str();
   app.add_option("--residency", residency,
-                 "[dynamo] host pools as a shared cache (cache_owner) or one worker's (worker)")
+                 "[dynamo] host pools as one worker's cache (worker) or a shared cache "
+                 "(cache_owner, needs --state-source)")
       ->check(CLI::IsMember({"cache_owner", "worker"}))
       ->capture_default_str();
-  app.add_option(
-      "--state-source", nats.identity.state_source,
-      "[dynamo] stable id of this cache (cache_owner); default kvpool.<host>.<instance>");
+  app.add_option("--state-source", state_source,
+                 "[dynamo] this cache's CacheOwnerId as Dynamo serialises it: a JSON object, "
+                 "inline or @FILE (cache_owner)");
   app.add_flag("--legacy-envelope", nats.legacy_envelope,
                "[dynamo] Dynamo 0.2.1's event envelope (no storage_tier, residency, dp_rank)");
   // vLLM / ZMQ
@@ -143,12 +154,18 @@ int main(int argc, char** argv) {
     nats.nats.name = "kvpool-events/" + o.instance;
     nats.identity.dp_rank = static_cast<uint32_t>(dp_rank);
     nats.identity.cache_owner = residency == "cache_owner";
-    if (nats.identity.state_source.empty())
-      nats.identity.state_source = default_state_source(o.instance);
-    if (!valid_source_id(nats.identity.state_source)) {
-      std::fprintf(stderr, "kvpool-events: --state-source '%s': use 1..128 of [A-Za-z0-9._:/-]\n",
-                   nats.identity.state_source.c_str());
+    if (nats.identity.cache_owner && state_source.empty()) {
+      std::fprintf(stderr,
+                   "kvpool-events: --residency cache_owner needs --state-source (Dynamo refuses "
+                   "a cache_owner event without its CacheOwnerId)\n");
       return 2;
+    }
+    if (!state_source.empty()) {
+      std::string why;
+      if (!load_state_source(state_source, nats.identity.state_source, why)) {
+        std::fprintf(stderr, "kvpool-events: --state-source: %s\n", why.c_str());
+        return 2;
+      }
     }
     output = std::make_unique<NatsOutput>(nats);
   } else {

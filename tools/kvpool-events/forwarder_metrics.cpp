@@ -20,6 +20,13 @@ std::string forwarder_metrics_text(const Forwarder& f, const ForwarderOptions& o
              {{"",
                {{"kvpool_instance", o.instance}, {"worker_id", std::to_string(worker_id)}},
                uint64_t{1}}}});
+  // The dashboard's job and instance pickers list label_values(kvpool_up, ...): without it
+  // a forwarder's scrape job never shows up there, and its panels stay empty.
+  fams.push_back(Family{"kvpool_up",
+                        "gauge",
+                        "1 while the forwarder is attached to the daemon's event ring, 0 while "
+                        "no daemon answers.",
+                        {{"", {{"kvpool_instance", o.instance}}, g.attached.load(r)}}});
   fams.push_back(one("kvpool_events_published_total", "counter",
                      "Ring events turned into messages (NATS) or batches (ZMQ).",
                      g.events.load(r)));

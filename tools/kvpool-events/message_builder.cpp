@@ -16,9 +16,10 @@ EventSource MessageBuilder::source(uint32_t pool) const {
   EventSource src(identity_.worker_id);
   src.dp_rank = identity_.dp_rank;
   src.storage_tier = meta.device ? kTierDevice : kTierHostPinned;
-  const bool owner = !meta.device && identity_.cache_owner;
+  // Without a CacheOwnerId Dynamo refuses cache_owner events: speak as the worker then.
+  const bool owner = !meta.device && identity_.cache_owner && identity_.state_source.is_object();
   src.residency_domain = owner ? kDomainCacheOwner : kDomainWorker;
-  if (owner) src.state_source = identity_.state_source;
+  if (owner) src.state_source = &identity_.state_source;
   src.hash_scheme = hash_scheme_name(meta.hash_scheme);
   return src;
 }

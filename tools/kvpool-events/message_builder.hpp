@@ -11,8 +11,8 @@
 //   stored when the first pool of the tier registers it and removed when the last one drops
 //   it. Host and device pools are told apart (storage_tier "host_pinned" / "device").
 // - Host pools speak for a shared cache (residency_domain "cache_owner" with the identity's
-//   state_source) unless the identity says "worker"; device pools always as "worker"
-//   (Dynamo refuses cache_owner stores in device memory).
+//   state_source, Dynamo's CacheOwnerId) when the identity says so; otherwise, and device
+//   pools always, as "worker" (Dynamo refuses cache_owner stores in device memory).
 // - resync(): "cleared" (one per residency domain in use), then the whole registry as
 //   stored chains.
 #pragma once
@@ -45,8 +45,10 @@ struct RegisteredBlock {
 struct RouterIdentity {
   int64_t worker_id = 0;
   uint32_t dp_rank = 0;
-  bool cache_owner = true;   // host pools as a shared cache ("cache_owner"), else "worker"
-  std::string state_source;  // the cache's stable id (cache_owner)
+  // Host pools as a shared cache ("cache_owner", with state_source), else "worker".
+  bool cache_owner = false;
+  // Dynamo's CacheOwnerId of this cache, the JSON object Dynamo deserialises (router_event.hpp).
+  nlohmann::ordered_json state_source;
 };
 
 struct BuilderStats {

@@ -47,7 +47,7 @@ std::string NatsOutput::describe() const {
       "{}.resync)",
       options_.nats.url, subject_, id.worker_id, id.dp_rank,
       options_.legacy_envelope ? "legacy 0.2.1 envelope"
-      : id.cache_owner         ? "host pools as cache_owner " + id.state_source
+      : id.cache_owner         ? "host pools as cache_owner " + id.state_source.dump()
                                : "host pools as the worker's own",
       "", subject_);
 }

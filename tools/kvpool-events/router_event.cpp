@@ -1,50 +1,31 @@
 #include "tools/kvpool-events/router_event.hpp"
 
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 namespace kvpool::events {
 namespace {
 
-template <typename Int>
-void append_int(std::string& out, Int v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
+using OrderedJson = nlohmann::ordered_json;
+
+// The envelope in Dynamo's field order (protocols.rs RouterEvent: worker_id, storage_tier,
+// residency_domain, event, state_source), so EventSource{worker_id} alone still gives Dynamo
+// 0.2.1's form byte for byte. Empty strings and a missing dp_rank are left out.
+OrderedJson envelope(const EventSource& src, uint64_t event_id, OrderedJson data) {
+  OrderedJson j;
+  j["worker_id"] = src.worker_id;
+  if (!src.storage_tier.empty()) j["storage_tier"] = src.storage_tier;
+  if (!src.residency_domain.empty()) j["residency_domain"] = src.residency_domain;
+  OrderedJson& ev = j["event"];
+  ev["event_id"] = event_id;
+  if (src.dp_rank) ev["dp_rank"] = *src.dp_rank;
+  ev["data"] = std::move(data);
+  // Dynamo's CacheOwnerId is a struct: it goes out as the JSON object it was configured as.
+  if (src.state_source && !src.state_source->is_null()) j["state_source"] = *src.state_source;
+  if (!src.hash_scheme.empty()) j["hash_scheme"] = src.hash_scheme;
+  return j;
 }
 
-// Names and values of ours are plain ASCII identifiers (checked where they are configured):
-// no escaping needed.
-void append_string_field(std::string& out, std::string_view name, std::string_view value) {
-  if (value.empty()) return;
-  out += ",\"";
-  out += name;
-  out += "\":\"";
-  out += value;
-  out += '"';
-}
-
-void append_head(std::string& out, const EventSource& src, uint64_t event_id) {
-  out += "{\"worker_id\":";
-  append_int(out, src.worker_id);
-  append_string_field(out, "storage_tier", src.storage_tier);
-  append_string_field(out, "residency_domain", src.residency_domain);
-  out += ",\"event\":{\"event_id\":";
-  append_int(out, event_id);
-  if (src.dp_rank) {
-    out += ",\"dp_rank\":";
-    append_int(out, *src.dp_rank);
-  }
-  out += ",\"data\":";
-}
-
-// After the event object: Dynamo keeps state_source last (see protocols.rs).
-void append_tail(std::string& out, const EventSource& src) {
-  out += '}';
-  append_string_field(out, "state_source", src.state_source);
-  append_string_field(out, "hash_scheme", src.hash_scheme);
-  out += '}';
-}
+void append(std::string& out, const OrderedJson& j) { out += j.dump(); }
 
 Status bad(const std::string& what) {
   return Status(ErrorCode::kInvalidArgument, "not a router event: " + what);
@@ -65,42 +46,25 @@ std::string resync_subject(std::string_view ns, std::string_view component,
 
 void append_stored_json(std::string& out, const EventSource& src, uint64_t event_id,
                         std::optional<uint64_t> parent_hash, std::span<const StoredHashes> blocks) {
-  append_head(out, src, event_id);
-  out += "{\"stored\":{\"parent_hash\":";
-  if (parent_hash) {
-    append_int(out, *parent_hash);
-  } else {
-    out += "null";
-  }
-  out += ",\"blocks\":[";
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (i) out += ',';
-    out += "{\"block_hash\":";
-    append_int(out, blocks[i].block_hash);
-    out += ",\"tokens_hash\":";
-    append_int(out, blocks[i].tokens_hash);
-    out += '}';
-  }
-  out += "]}}";
-  append_tail(out, src);
+  OrderedJson list = OrderedJson::array();
+  for (const StoredHashes& b : blocks)
+    list.push_back(OrderedJson{{"block_hash", b.block_hash}, {"tokens_hash", b.tokens_hash}});
+  OrderedJson stored;
+  stored["parent_hash"] = parent_hash ? OrderedJson(*parent_hash) : OrderedJson(nullptr);
+  stored["blocks"] = std::move(list);
+  append(out, envelope(src, event_id, OrderedJson{{"stored", std::move(stored)}}));
 }
 
 void append_removed_json(std::string& out, const EventSource& src, uint64_t event_id,
                          std::span<const uint64_t> block_hashes) {
-  append_head(out, src, event_id);
-  out += "{\"removed\":{\"block_hashes\":[";
-  for (size_t i = 0; i < block_hashes.size(); ++i) {
-    if (i) out += ',';
-    append_int(out, block_hashes[i]);
-  }
-  out += "]}}";
-  append_tail(out, src);
+  OrderedJson removed;
+  removed["block_hashes"] =
+      OrderedJson(std::vector<uint64_t>(block_hashes.begin(), block_hashes.end()));
+  append(out, envelope(src, event_id, OrderedJson{{"removed", std::move(removed)}}));
 }
 
 void append_cleared_json(std::string& out, const EventSource& src, uint64_t event_id) {
-  append_head(out, src, event_id);
-  out += "\"cleared\"";
-  append_tail(out, src);
+  append(out, envelope(src, event_id, OrderedJson("cleared")));
 }
 
 Result<RouterEvent> parse_router_event(std::string_view text) {
@@ -114,12 +78,16 @@ Result<RouterEvent> parse_router_event(std::string_view text) {
   e.worker_id = w->get<int64_t>();
   for (auto [name, field] : {std::pair<const char*, std::string*>{"storage_tier", &e.storage_tier},
                              {"residency_domain", &e.residency_domain},
-                             {"state_source", &e.state_source},
                              {"hash_scheme", &e.hash_scheme}}) {
     auto f = j.find(name);
     if (f == j.end() || f->is_null()) continue;
     if (!f->is_string()) return bad(std::string(name) + " is not a string");
     *field = f->get<std::string>();
+  }
+  // Dynamo's CacheOwnerId is a struct: an object (kept as its compact JSON), never a string.
+  if (auto f = j.find("state_source"); f != j.end() && !f->is_null()) {
+    if (!f->is_object()) return bad("state_source is not an object (Dynamo's CacheOwnerId)");
+    e.state_source = f->dump();
   }
   auto ev = j.find("event");
   if (ev == j.end() || !ev->is_object()) return bad("event missing or not an object");

@@ -9,10 +9,19 @@
 // and today's RouterEvent (Dynamo's kv-router protocols.rs), which kvpool-events sends:
 //
 //   {"worker_id":W,"storage_tier":"host_pinned"|"device",
-//    "residency_domain":"cache_owner"|"worker",
+//    "residency_domain":"worker"|"cache_owner",
 //    "event":{"event_id":N,"dp_rank":R,"data":...},
-//    "state_source":"ID",            (cache_owner only: the pool's stable identity)
+//    "state_source":{...},           (cache_owner only: Dynamo's CacheOwnerId, an object)
 //    "hash_scheme":"dynamo-0.2"}     (kvpool's: how the hashes were made, core/hash.hpp)
+//
+// state_source is Option<CacheOwnerId> in Dynamo (lib/kv-router/src/protocols.rs, commit
+// 038eab23a6b6e9b6391de6640f4f69d4c2726681), and CacheOwnerId is a serde struct (a PoolId and
+// a StableDpSlotId, each made of 16-byte digests): a JSON string there fails to deserialise
+// and Dynamo drops the whole event. kvpool cannot derive that identity itself (Dynamo
+// digests its own identity material with BLAKE3), so it sends the object the operator
+// configured (kvpool-events --state-source), verbatim, and nothing when none is configured.
+// A cache_owner event without a state_source is refused by Dynamo's residency_owner(), so
+// without one kvpool-events speaks as "worker" (the form every Dynamo accepts).
 //
 // Every field Dynamo added has a default on its side, and it ignores fields it does not
 // know, so both forms decode everywhere. "block_hash" is the sequence hash (the whole
@@ -34,6 +43,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvpool/core/status.hpp"
 
 namespace kvpool::events {
@@ -51,8 +62,9 @@ struct EventSource {
   std::optional<uint32_t> dp_rank;
   std::string_view storage_tier;      // "host_pinned" | "device"
   std::string_view residency_domain;  // "cache_owner" | "worker"
-  std::string_view state_source;      // cache_owner: the stable id of the cache
-  std::string_view hash_scheme;       // "dynamo-0.2" | "dynamo-router"
+  // cache_owner: Dynamo's CacheOwnerId of the cache (a JSON object; null or absent: none).
+  const nlohmann::ordered_json* state_source = nullptr;
+  std::string_view hash_scheme;  // "dynamo-0.2" | "dynamo-router"
   EventSource() = default;
   // Dynamo 0.2.1's form: the worker alone.
   EventSource(int64_t worker) : worker_id(worker) {}  // NOLINT: implicit on purpose
@@ -77,7 +89,7 @@ struct RouterEvent {
   std::optional<uint32_t> dp_rank;
   std::string storage_tier;
   std::string residency_domain;
-  std::string state_source;
+  std::string state_source;  // the CacheOwnerId object as compact JSON
   std::string hash_scheme;
 };
 

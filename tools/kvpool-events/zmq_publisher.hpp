@@ -2,8 +2,9 @@
 // three frames (topic, 8-byte big-endian sequence number, payload), sequence numbers from 0
 // up by one per batch, and an optional ROUTER socket that replays from a sequence number.
 //
-// Replay protocol (what vLLM's subscribers speak, with a REQ or DEALER socket): the request
-// is (empty delimiter,) 8-byte big-endian start sequence; the answer is one message
+// Replay protocol (what vLLM's subscribers speak, with a DEALER socket: a REQ socket takes
+// one reply per request and drops the rest of the answer): the request is an empty
+// delimiter and the 8-byte big-endian start sequence; the answer is one message
 // (seq, payload) per buffered batch with seq >= start, in order, then (-1 as 8-byte
 // big-endian signed, empty payload) as the end marker. The buffer keeps the last
 // `replay_buffer` batches (vLLM's buffer_steps); older ones are gone, and a subscriber that
