@@ -13,6 +13,7 @@
 #include "daemon/config.hpp"
 #include "daemon/engine.hpp"
 #include "daemon/supervise.hpp"
+#include "kvpool/core/layout.hpp"
 #include "kvpool/core/version.hpp"
 #include "kvpool/service/log.hpp"
 #include "kvpool/service/notify.hpp"
@@ -71,13 +72,34 @@ int serve(const kvpool::daemon::Config& config, bool keep_cache) {
   return 0;
 }
 
+// --check-config: what the daemon would serve, one line per pool.
+void print_config_summary(const kvpool::daemon::Config& c, const std::string& source) {
+  uint64_t total = 0;
+  std::string lines;
+  for (const kvpool::daemon::PoolConfig& p : c.pools) {
+    auto layout = kvpool::Layout::create(p.layout);
+    const uint64_t bytes = layout ? layout->total_bytes() : 0;
+    total += bytes;
+    lines +=
+        "  pool '" + p.name + "': " +
+        (p.storage == kvpool::shm::StorageKind::kHost ? std::string("host")
+                                                      : "cuda device " + std::to_string(p.device)) +
+        ", " + std::to_string(p.layout.num_blocks) + " blocks of " +
+        std::to_string(layout ? layout->block_bytes() : 0) + " bytes (" + std::to_string(bytes) +
+        " bytes)\n";
+  }
+  std::cout << "kvpoold: " << source << " is valid: instance '" << c.instance << "', "
+            << c.pools.size() << " pool(s), " << total << " bytes of pool memory\n"
+            << lines;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace kvpool::daemon;
   CLI::App app{"kvpoold: host-local KV-cache block manager daemon"};
   std::string config_path, instance, runtime_dir, log_level;
-  bool print_default = false, keep_cache = false, supervise = false;
+  bool print_default = false, keep_cache = false, supervise = false, check_config = false;
   std::string hook;
   app.add_option("-c,--config", config_path, "JSON configuration file");
   app.add_option("--instance", instance, "instance name (overrides the config)");
@@ -94,6 +116,10 @@ int main(int argc, char** argv) {
                  "stored descriptors (diagnostics, tests)");
   app.add_flag("--print-default-config", print_default,
                "print the built-in configuration and exit");
+  app.add_flag("--check-config", check_config,
+               "validate the configuration (with --instance/--runtime-dir/--log-level applied) "
+               "as kvpoold would at start, print a summary, and exit: 0 valid, 2 not; creates "
+               "nothing");
   app.set_version_flag("--version", "kvpoold " + kvpool::version_string(),
                        "print the version and the git commit, and exit");
   CLI11_PARSE(app, argc, argv);
@@ -116,6 +142,10 @@ int main(int argc, char** argv) {
   if (auto st = validate_config(config); !st.is_ok()) {
     std::fprintf(stderr, "kvpoold: %s\n", st.to_string().c_str());
     return 2;
+  }
+  if (check_config) {
+    print_config_summary(config, config_path.empty() ? "built-in configuration" : config_path);
+    return 0;
   }
   const std::string log_to = kvpool::setup_service_log("kvpoold", config.log_level);
   spdlog::info("kvpoold {} starting (instance '{}', logging to {})", kvpool::version_string(),

@@ -10,7 +10,7 @@ PACKAGES=(
   libnats-dev nats-server redis-server libhiredis-dev
   clang-14 libclang-rt-14-dev
   procps util-linux
-  libmicrohttpd-dev prometheus curl tmux libnuma-dev
+  libmicrohttpd-dev prometheus prometheus-cpp-dev curl tmux libnuma-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
   zlib1g-dev python3-torch python3-matplotlib
   rustc cargo libdlpack-dev python3-setuptools python3-wheel python3-pip

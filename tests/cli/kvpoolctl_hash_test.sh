@@ -25,8 +25,18 @@ grep -q "2 trailing token" "$tmp/err" || fail "no note about the 2 trailing toke
 # JSON: the first block has no parent, the second chains to the first.
 "$ctl" hash --json --salt 1337 --page-size 4 1 2 3 4 5 6 7 8 >"$tmp/out" 2>"$tmp/err" ||
   fail "hash --json exited $?"
-expected_json='[{"block_hash":14643705804678351452,"parent_hash":null,"sequence_hash":14643705804678351452},{"block_hash":16777012769546811212,"parent_hash":14643705804678351452,"sequence_hash":4945711292740353085}]'
+# Hashes as decimal strings, so jq (doubles) keeps every digit (issue 27).
+expected_json='[{"block_hash":"14643705804678351452","parent_hash":null,"sequence_hash":"14643705804678351452"},{"block_hash":"16777012769546811212","parent_hash":"14643705804678351452","sequence_hash":"4945711292740353085"}]'
 [ "$(cat "$tmp/out")" = "$expected_json" ] || fail "unexpected JSON: $(cat "$tmp/out")"
+if command -v jq >/dev/null 2>&1; then
+  [ "$(jq -r '.[0].block_hash' "$tmp/out")" = "14643705804678351452" ] ||
+    fail "jq reads block_hash as $(jq -r '.[0].block_hash' "$tmp/out")"
+fi
+
+# A mistyped subcommand is named, with the ones that exist (not "A subcommand is required").
+if "$ctl" stauts >"$tmp/out" 2>"$tmp/err"; then fail "kvpoolctl stauts exited 0"; fi
+grep -q "unknown subcommand 'stauts'" "$tmp/err" || fail "mistyped subcommand: $(cat "$tmp/err")"
+grep -q "status" "$tmp/err" || fail "the error does not list the subcommands: $(cat "$tmp/err")"
 
 if "$ctl" hash --page-size 0 1 2 3 4 >"$tmp/out" 2>"$tmp/err"; then
   fail "--page-size 0 exited 0"

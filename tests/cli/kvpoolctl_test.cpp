@@ -42,8 +42,8 @@ LayoutConfig g3_layout() {
   return LayoutConfig{32, 3, 1, 4, 64, 4, 512, LayoutKind::kLayerSeparate};
 }
 
-json pool_config(const std::string& name, const LayoutConfig& l) {
-  return {
+json pool_config(const std::string& name, const LayoutConfig& l, const char* dtype = nullptr) {
+  json p = {
       {"name", name},
       {"storage", "host"},
       {"num_blocks", l.num_blocks},
@@ -55,6 +55,8 @@ json pool_config(const std::string& name, const LayoutConfig& l) {
         {"dtype_bytes", l.dtype_bytes},
         {"alignment", l.alignment},
         {"kind", l.kind == LayoutKind::kFullyContiguous ? "fully_contiguous" : "layer_separate"}}}};
+  if (dtype) p["layout"]["dtype"] = dtype;
+  return p;
 }
 
 // uid_share_percent 100: a test allocates a whole pool (to evict) as its one uid.
@@ -146,7 +148,7 @@ class KvpoolctlTest : public ::testing::Test {
  protected:
   void SetUp() override {
     daemon_ = std::make_unique<DaemonProcess>(
-        daemon_config({pool_config("g2", g2_layout()), pool_config("g3", g3_layout())}));
+        daemon_config({pool_config("g2", g2_layout(), "bf16"), pool_config("g3", g3_layout())}));
     daemon_->start(20s);
   }
   void TearDown() override {
@@ -274,16 +276,19 @@ TEST_F(KvpoolctlTest, PoolsListsStorageLayoutAndSizes) {
     EXPECT_EQ(p["layout"]["num_layers"], expected[i].second.num_layers);
     EXPECT_EQ(p["layout"]["dtype_bytes"], expected[i].second.dtype_bytes);
     EXPECT_EQ(p["layout"]["kind"], i == 0 ? "fully_contiguous" : "layer_separate");
+    // The element type: g2 names one, g3 has dtype_bytes alone (issue 27: pools hid it).
+    EXPECT_EQ(p["layout"]["dtype"], i == 0 ? json("bf16") : json(nullptr)) << p.dump();
   }
   RunResult r = ctl_on("pools");
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  for (const char* col : {"pool", "storage", "device", "layout", "block_bytes", "total_bytes"})
+  for (const char* col :
+       {"pool", "storage", "device", "dtype", "layout", "block_bytes", "total_bytes"})
     EXPECT_NE(r.out.find(col), std::string::npos) << "no column " << col << ":\n" << r.out;
   EXPECT_TRUE(std::regex_search(
-      r.out, std::regex("\\ng2 +host +- +64 +fully_contiguous 2x2x16x128x2B +16384 ")))
+      r.out, std::regex("\\ng2 +host +- +64 +bf16 +fully_contiguous 2x2x16x128x2B +16384 ")))
       << r.out;
-  EXPECT_TRUE(
-      std::regex_search(r.out, std::regex("\\ng3 +host +- +32 +layer_separate 3x1x4x64x4B +3072 ")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex("\\ng3 +host +- +32 +- +layer_separate 3x1x4x64x4B +3072 ")))
       << r.out;
 }
 

@@ -89,6 +89,8 @@ def metrics_move():
     page = scrape()
     for want in ('kvpool_events_info{kvpool_instance="' + d.instance + '",worker_id="7"} 1',
                  "kvpool_events_daemon_attached 1", "kvpool_events_token_ids_lost_total 0",
+                 # The dashboard's job/instance pickers (label_values(kvpool_up, ...)).
+                 'kvpool_up{kvpool_instance="' + d.instance + '"} 1',
                  "kvpool_build_info{"):
         if want not in page:
             fail(f"page lacks {want!r}:\n{page}")
@@ -97,6 +99,7 @@ def metrics_move():
                            "grafana", "kvpool-dashboard.json")) as f:
         wanted = set(re.findall(r"kvpool_events_[a-z_]+", f.read()))
     served = set(re.findall(r"^# TYPE (\S+) ", page, re.M))
+    wanted.add("kvpool_up")  # every panel filters on $job, listed from kvpool_up
     if not wanted or wanted - served:
         fail(f"dashboard queries forwarder metrics not served: {wanted - served}")
     promtool = shutil.which("promtool")

@@ -8,6 +8,7 @@ plain blocks and exits after --iterations.
 Usage: top_test.py KVPOOLD KVPOOLCTL DEMO_WORKER
 """
 
+import json
 import os
 import pty
 import re
@@ -61,6 +62,11 @@ def on_a_terminal():
         fail(f"expected one clear-screen, saw {out.count(chr(27) + '[2J')}")
     if out.count("\x1b[H") < 3:
         fail(f"expected a redraw per refresh, saw {out.count(chr(27) + '[H')} cursor-homes")
+    # Every line is erased to its end before the newline: a line shorter than the one
+    # drawn there before leaves none of its characters behind (issue 27).
+    unerased = re.findall(r"(?<!\x1b\[K)\r?\n", out)
+    if unerased or "\x1b[K" not in out:
+        fail(f"{len(unerased)} line(s) end without erase-to-end-of-line: {out[-600:]!r}")
     if "(q quits)" not in out or "hit%" not in out:
         fail(f"frame lacks the hint or the hit% column: {out[-600:]!r}")
     os.write(master, b"q")
@@ -89,10 +95,27 @@ def piped():
         fail(f"expected 3 blocks, got:\n{r.stdout}")
 
 
+def piped_json():
+    r = subprocess.run([KVPOOLCTL, "top", "--json", "--interval", "0.1", "--iterations", "2",
+                        *state["daemon"].view_args()], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    if r.returncode != 0:
+        fail(f"top --json exited {r.returncode}: {r.stderr}")
+    lines = r.stdout.splitlines()
+    if len(lines) != 2:
+        fail(f"top --json: expected 2 JSON lines, got:\n{r.stdout}")
+    frames = [json.loads(line) for line in lines]
+    if frames[0]["requests_per_s"] is not None or frames[1]["requests_per_s"] is None:
+        fail(f"top --json: rates are null on the first line only: {frames}")
+    if [p["name"] for p in frames[1]["pools"]] != ["g2"] or "free" not in frames[1]["pools"][0]:
+        fail(f"top --json: pool rows: {frames[1]}")
+
+
 try:
     run_checks([("kvpoold", start),
                 ("on a pseudo-terminal: redraws in place, shows traffic, q quits", on_a_terminal),
-                ("piped: plain text, --iterations", piped)])
+                ("piped: plain text, --iterations", piped),
+                ("--json: one JSON object per interval", piped_json)])
 finally:
     for k in ("top", "worker"):
         if k in state and state[k].poll() is None:

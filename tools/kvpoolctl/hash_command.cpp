@@ -43,12 +43,14 @@ void run_hash(const HashOptions& opts) {
   if (!seq) throw CommandError(seq.status());
 
   if (opts.json) {
+    // Decimal strings: 64-bit hashes do not survive a JSON reader that keeps numbers as
+    // doubles (jq, JavaScript) -- 14643705804678351452 would come back as ...351400.
     nlohmann::json out = nlohmann::json::array();
     for (const TokenBlock& b : seq->blocks()) {
       nlohmann::json parent = nullptr;
-      if (b.parent_sequence_hash) parent = *b.parent_sequence_hash;
-      out.push_back({{"block_hash", b.block_hash},
-                     {"sequence_hash", b.sequence_hash},
+      if (b.parent_sequence_hash) parent = std::to_string(*b.parent_sequence_hash);
+      out.push_back({{"block_hash", std::to_string(b.block_hash)},
+                     {"sequence_hash", std::to_string(b.sequence_hash)},
                      {"parent_hash", parent}});
     }
     std::cout << out.dump() << "\n";
@@ -84,7 +86,8 @@ void add_hash_command(CLI::App& app) {
                   "dynamo-router: cache namespace of the request");
   cmd->add_option("--page-size", opts->page_size, "Tokens per block")->capture_default_str();
   cmd->add_flag("--json", opts->json,
-                "Print a JSON array of {block_hash, sequence_hash, parent_hash}");
+                "Print a JSON array of {block_hash, sequence_hash, parent_hash}, each a "
+                "decimal string (64-bit values)");
   cmd->add_option("tokens", opts->tokens, "Token ids");
   cmd->callback([opts] { run_hash(*opts); });
 }

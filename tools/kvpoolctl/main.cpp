@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -29,6 +30,22 @@ int main(int argc, char** argv) {
   kvpool::add_top_command(app);
   kvpool::add_scrub_command(app);
 
+  // A first word that is neither an option nor a subcommand is a mistyped subcommand: say
+  // so, and list the ones there are (CLI11 alone answers "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::function<bool(CLI::App*)> all = [](CLI::App*) { return true; };
+    std::string known;
+    bool found = false;
+    for (CLI::App* sub : app.get_subcommands(all)) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->check_name(argv[1]);
+    }
+    if (!found) {
+      std::cerr << "kvpoolctl: error: unknown subcommand '" << argv[1] << "' (one of: " << known
+                << "; run with --help for usage)\n";
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,8 +1,13 @@
 #include "metrics.hpp"
 
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <sstream>
 
 #include "kvpool/core/clock.hpp"
 #include "kvpool/core/layout.hpp"
@@ -11,25 +16,28 @@
 namespace kvpool::metrics {
 namespace {
 
-std::string format_value(const Value& v) {
-  if (const auto* u = std::get_if<uint64_t>(&v)) return std::to_string(*u);
-  return format_double(std::get<double>(v));
+double as_double(const Value& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v)) return static_cast<double>(*u);
+  return std::get<double>(v);
 }
 
-std::string escape(const std::string& v, bool quotes) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"' && quotes) {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
+// Our histogram family (one unlabelled histogram: _bucket{le}, _sum, _count) as
+// prometheus-cpp's; its serializer writes the +Inf bucket from the count itself.
+prometheus::ClientMetric to_histogram(const Family& fam) {
+  prometheus::ClientMetric m;
+  for (const Sample& smp : fam.samples) {
+    if (smp.suffix == "_sum") {
+      m.histogram.sample_sum = as_double(smp.value);
+    } else if (smp.suffix == "_count") {
+      m.histogram.sample_count = static_cast<uint64_t>(as_double(smp.value));
+    } else if (smp.suffix == "_bucket") {
+      for (const auto& [k, le] : smp.labels)
+        if (k == "le" && le != "+Inf")
+          m.histogram.bucket.push_back(
+              {static_cast<uint64_t>(as_double(smp.value)), std::strtod(le.c_str(), nullptr)});
     }
   }
-  return out;
+  return m;
 }
 
 double ratio(uint64_t part, uint64_t whole) {
@@ -282,27 +290,37 @@ std::vector<Family> collect(const ctl::ControlView& v) {
   return f;
 }
 
+// The text itself is prometheus-cpp's (TextSerializer: escaping, number format, histogram
+// layout); the families stay ours, so the JSON form and the text never disagree.
 std::string to_text(const std::vector<Family>& families) {
-  std::string out;
+  std::vector<prometheus::MetricFamily> out;
+  out.reserve(families.size());
   for (const Family& fam : families) {
-    out += "# HELP " + fam.name + " " + escape(fam.help, false) + "\n";
-    out += "# TYPE " + fam.name + " " + fam.type + "\n";
-    for (const Sample& s : fam.samples) {
-      out += fam.name + s.suffix;
-      if (!s.labels.empty()) {
-        out += "{";
-        for (size_t i = 0; i < s.labels.size(); ++i) {
-          if (i) out += ",";
-          out += s.labels[i].first + "=\"" + escape(s.labels[i].second, true) + "\"";
-        }
-        out += "}";
+    prometheus::MetricFamily pf;
+    pf.name = fam.name;
+    pf.help = fam.help;
+    pf.type = fam.type == "counter"     ? prometheus::MetricType::Counter
+              : fam.type == "gauge"     ? prometheus::MetricType::Gauge
+              : fam.type == "histogram" ? prometheus::MetricType::Histogram
+                                        : prometheus::MetricType::Untyped;
+    if (pf.type == prometheus::MetricType::Histogram) {
+      pf.metric.push_back(to_histogram(fam));
+    } else {
+      for (const Sample& smp : fam.samples) {
+        prometheus::ClientMetric m;
+        for (const auto& [k, val] : smp.labels) m.label.push_back({k, val});
+        const double d = as_double(smp.value);
+        m.counter.value = d;
+        m.gauge.value = d;
+        m.untyped.value = d;
+        pf.metric.push_back(std::move(m));
       }
-      out += ' ';
-      out += format_value(s.value);
-      out += '\n';
     }
+    out.push_back(std::move(pf));
   }
-  return out;
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, out);
+  return text.str();
 }
 
 nlohmann::json to_json(const std::vector<Family>& families) {

@@ -4,9 +4,11 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <string_view>
 
 #include "commands.hpp"
 #include "control_view.hpp"
+#include "kvpool/core/dtype.hpp"
 #include "kvpool/core/layout.hpp"
 
 namespace kvpool {
@@ -34,6 +36,10 @@ nlohmann::json pools_json(const ctl::ControlView& v) {
     uint64_t block_bytes = layout ? layout->block_bytes() : 0;
     nlohmann::json device = nullptr;
     if (info.device >= 0) device = info.device;
+    // The configured element type ("bf16", ...); null for a pool given dtype_bytes alone.
+    nlohmann::json dtype = nullptr;
+    if (std::string_view name = dtype_name(static_cast<DType>(info.dtype)); !name.empty())
+      dtype = std::string(name);
     out.push_back({{"index", i},
                    {"name", v.pools[i].name()},
                    {"storage", ctl::storage_name(info.storage)},
@@ -46,6 +52,7 @@ nlohmann::json pools_json(const ctl::ControlView& v) {
                      {"page_size", l.page_size},
                      {"inner_dim", l.inner_dim},
                      {"dtype_bytes", l.dtype_bytes},
+                     {"dtype", dtype},
                      {"alignment", l.alignment}}},
                    {"block_bytes", block_bytes},
                    {"total_bytes", info.data_bytes},
@@ -64,8 +71,8 @@ void run_pools(const ctl::ViewOptions& o) {
         << "\n";
     return;
   }
-  std::vector<std::vector<std::string>> rows{
-      {"pool", "storage", "device", "blocks", "layout", "block_bytes", "total_bytes", "total"}};
+  std::vector<std::vector<std::string>> rows{{"pool", "storage", "device", "blocks", "dtype",
+                                              "layout", "block_bytes", "total_bytes", "total"}};
   for (const auto& p : pools) {
     const auto& l = p["layout"];
     // kind layers x outer x page x inner x dtype: the shape of one block.
@@ -77,7 +84,8 @@ void run_pools(const ctl::ViewOptions& o) {
                         std::to_string(l["dtype_bytes"].get<uint32_t>()) + "B";
     rows.push_back({p["name"].get<std::string>(), p["storage"].get<std::string>(),
                     p["device"].is_null() ? "-" : std::to_string(p["device"].get<int32_t>()),
-                    std::to_string(p["num_blocks"].get<uint32_t>()), shape,
+                    std::to_string(p["num_blocks"].get<uint32_t>()),
+                    l["dtype"].is_null() ? "-" : l["dtype"].get<std::string>(), shape,
                     std::to_string(p["block_bytes"].get<uint64_t>()),
                     std::to_string(p["total_bytes"].get<uint64_t>()),
                     human_bytes(p["total_bytes"].get<uint64_t>())});
@@ -91,7 +99,7 @@ void run_pools(const ctl::ViewOptions& o) {
 void add_pools_command(CLI::App& app) {
   auto opts = std::make_shared<ctl::ViewOptions>();
   auto* cmd = app.add_subcommand(
-      "pools", "pools of a running kvpoold: storage, device, layout, block and total bytes");
+      "pools", "pools of a running kvpoold: storage, device, dtype, layout, block and total bytes");
   ctl::add_view_options(cmd, *opts);
   cmd->callback([opts] { run_pools(*opts); });
 }

@@ -1,8 +1,9 @@
-// kvpoolctl top [--instance NAME] [--runtime-dir DIR] [--interval S] [--iterations N]
+// kvpoolctl top [--instance NAME] [--runtime-dir DIR] [--interval S] [--iterations N] [--json]
 // A live view in the spirit of `redis-cli --stat`: every interval, the rates since the last
 // refresh (requests/s, match hit rate, allocations and evictions/s), blocks by state per
 // pool, clients, and engine latency (p50/p99 of the interval) and the last reclaim. On a
-// terminal it redraws in place and `q` quits; piped, it prints one block per interval.
+// terminal it redraws in place and `q` quits; piped, it prints one block per interval;
+// --json prints one JSON object per interval (JSON Lines).
 #include <poll.h>
 #include <signal.h>
 #include <termios.h>
@@ -13,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,59 +111,137 @@ std::string quantile(const Sample& a, const Sample& b, double q) {
   return "-";
 }
 
-std::string render(const ctl::ControlView& v, const Sample& a, const Sample& b, bool first) {
+// One interval's figures: what both the text frame and the --json line show.
+struct PoolRow {
+  std::string name;
+  pool::PoolCounts counts;
+  std::optional<double> match_per_s, hit_percent, alloc_per_s, evict_per_s;
+};
+struct Frame {
+  std::string instance, version;
+  long long pid = 0;
+  uint32_t attached = 0, suspect = 0, max_clients = 0;
+  std::optional<double> requests_per_s;
+  std::string p50 = "-", p99 = "-", last_reclaim = "-";
+  uint64_t reclaimed = 0;
+  std::vector<PoolRow> pools;
+};
+
+Frame measure(const ctl::ControlView& v, const Sample& a, const Sample& b, bool first) {
   auto rl = [](const auto& x) -> uint64_t { return x.load(std::memory_order_relaxed); };
   const shm::ControlHeader& h = *v.header;
   const double dt = b.t - a.t > 0 ? b.t - a.t : 1;
-  auto rate = [&](uint64_t x, uint64_t y) {
-    char buf[32];
-    if (first) return std::string("-");
-    std::snprintf(buf, sizeof(buf), "%.0f", static_cast<double>(y - x) / dt);
-    return std::string(buf);
+  auto rate = [&](uint64_t x, uint64_t y) -> std::optional<double> {
+    if (first) return std::nullopt;
+    return static_cast<double>(y - x) / dt;
   };
-  uint32_t attached = 0, suspect = 0;
+  Frame f;
+  f.instance = h.instance;
+  f.version.assign(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
+  f.pid = static_cast<long long>(h.daemon_pid);
+  f.max_clients = h.max_clients;
   for (uint32_t i = 0; i < h.max_clients; ++i) {
     uint32_t st = v.slot(i).state.load(std::memory_order_relaxed);
-    attached += st != static_cast<uint32_t>(shm::SlotState::kFree);
-    suspect += st == static_cast<uint32_t>(shm::SlotState::kSuspect);
+    f.attached += st != static_cast<uint32_t>(shm::SlotState::kFree);
+    f.suspect += st == static_cast<uint32_t>(shm::SlotState::kSuspect);
   }
-  std::string version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
+  uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
+  if (noticed != 0 && done >= noticed) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1fus", static_cast<double>(done - noticed) / 1e3);
+    f.last_reclaim = buf;
+  }
+  f.requests_per_s = rate(a.requests, b.requests);
+  if (!first) {
+    f.p50 = quantile(a, b, 0.5);
+    f.p99 = quantile(a, b, 0.99);
+  }
+  f.reclaimed = b.reclaimed;
+  for (size_t i = 0; i < v.pools.size(); ++i) {
+    const PoolSample& pa = a.pools[i];
+    const PoolSample& pb = b.pools[i];
+    PoolRow r{v.pools[i].name(),
+              v.pools[i].counts(),
+              rate(pa.queries, pb.queries),
+              {},
+              rate(pa.allocations, pb.allocations),
+              rate(pa.evictions, pb.evictions)};
+    if (!first && pb.queries > pa.queries)
+      r.hit_percent = 100.0 * static_cast<double>(pb.hits - pa.hits) /
+                      static_cast<double>(pb.queries - pa.queries);
+    f.pools.push_back(std::move(r));
+  }
+  return f;
+}
+
+std::string fixed(const std::optional<double>& v, const char* format) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), format, *v);
+  return buf;
+}
+
+std::string render_text(const Frame& f) {
   char line[256];
   std::string out;
   std::snprintf(line, sizeof(line), "kvpoold '%s' pid %lld  %s  clients %u/%u (suspect %u)\n",
-                h.instance, static_cast<long long>(h.daemon_pid),
-                version.empty() ? "" : version.c_str(), attached, h.max_clients, suspect);
+                f.instance.c_str(), f.pid, f.version.c_str(), f.attached, f.max_clients, f.suspect);
   out += line;
-  uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
-  std::string last_reclaim = "-";
-  if (noticed != 0 && done >= noticed) {
-    std::snprintf(line, sizeof(line), "%.1fus", static_cast<double>(done - noticed) / 1e3);
-    last_reclaim = line;
-  }
   std::snprintf(line, sizeof(line),
                 "requests/s %s  engine p50 %s p99 %s  reclaimed %" PRIu64 " (last %s)\n",
-                rate(a.requests, b.requests).c_str(), first ? "-" : quantile(a, b, 0.5).c_str(),
-                first ? "-" : quantile(a, b, 0.99).c_str(), b.reclaimed, last_reclaim.c_str());
+                fixed(f.requests_per_s, "%.0f").c_str(), f.p50.c_str(), f.p99.c_str(), f.reclaimed,
+                f.last_reclaim.c_str());
   out += line;
   std::vector<std::vector<std::string>> rows{
       {"pool", "free", "mutable", "active", "inactive", "match/s", "hit%", "alloc/s", "evict/s"}};
-  for (size_t i = 0; i < v.pools.size(); ++i) {
-    pool::PoolCounts c = v.pools[i].counts();
-    const PoolSample& pa = a.pools[i];
-    const PoolSample& pb = b.pools[i];
-    std::string hit = "-";
-    if (!first && pb.queries > pa.queries) {
-      std::snprintf(line, sizeof(line), "%.1f",
-                    100.0 * static_cast<double>(pb.hits - pa.hits) /
-                        static_cast<double>(pb.queries - pa.queries));
-      hit = line;
-    }
-    rows.push_back({v.pools[i].name(), std::to_string(c.free), std::to_string(c.mutable_blocks),
-                    std::to_string(c.active), std::to_string(c.inactive),
-                    rate(pa.queries, pb.queries), hit, rate(pa.allocations, pb.allocations),
-                    rate(pa.evictions, pb.evictions)});
-  }
+  for (const PoolRow& r : f.pools)
+    rows.push_back({r.name, std::to_string(r.counts.free), std::to_string(r.counts.mutable_blocks),
+                    std::to_string(r.counts.active), std::to_string(r.counts.inactive),
+                    fixed(r.match_per_s, "%.0f"), fixed(r.hit_percent, "%.1f"),
+                    fixed(r.alloc_per_s, "%.0f"), fixed(r.evict_per_s, "%.0f")});
   out += ctl::format_table(rows);
+  return out;
+}
+
+// --json: one object per interval, one line each (JSON Lines); rates are null on the first.
+std::string render_json(const Frame& f) {
+  auto opt = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  nlohmann::json pools = nlohmann::json::array();
+  for (const PoolRow& r : f.pools)
+    pools.push_back({{"name", r.name},
+                     {"free", r.counts.free},
+                     {"mutable", r.counts.mutable_blocks},
+                     {"active", r.counts.active},
+                     {"inactive", r.counts.inactive},
+                     {"match_per_s", opt(r.match_per_s)},
+                     {"hit_percent", opt(r.hit_percent)},
+                     {"alloc_per_s", opt(r.alloc_per_s)},
+                     {"evict_per_s", opt(r.evict_per_s)}});
+  nlohmann::json j = {
+      {"instance", f.instance},
+      {"pid", f.pid},
+      {"version", f.version},
+      {"clients", {{"attached", f.attached}, {"suspect", f.suspect}, {"max", f.max_clients}}},
+      {"requests_per_s", opt(f.requests_per_s)},
+      {"engine_p50", f.p50},
+      {"engine_p99", f.p99},
+      {"reclaimed", f.reclaimed},
+      {"last_reclaim", f.last_reclaim},
+      {"pools", pools}};
+  return j.dump() + "\n";
+}
+
+// On a terminal every line ends with "erase to end of line": a line shorter than the one
+// drawn there before leaves nothing of it behind.
+std::string erase_line_ends(const std::string& frame) {
+  std::string out;
+  out.reserve(frame.size() + 64);
+  for (char c : frame) {
+    if (c == '\n') out += "\x1b[K";
+    out += c;
+  }
   return out;
 }
 
@@ -168,18 +249,29 @@ void run_top(const TopOptions& o) {
   if (!(o.interval > 0)) throw CommandError("--interval must be above 0 seconds");
   ctl::ControlView v = ctl::open_control(o.instance, o.runtime_dir);
   const bool tty = isatty(STDOUT_FILENO) != 0;
-  RawTerminal raw;
+  // --json is for programs: no raw terminal, no q (stop with --iterations or a signal).
+  std::optional<RawTerminal> raw_terminal;
+  if (!o.json) raw_terminal.emplace();
+  const RawTerminal* rawp = raw_terminal ? &*raw_terminal : nullptr;
   service::on_stop_signals(on_stop);  // no SA_RESTART: poll() returns at once
 
   Sample prev = take(v);
   bool first = true;
   for (uint64_t n = 0; !g_stop; ++n) {
     Sample now = first ? prev : take(v);
-    std::string frame = render(v, prev, now, first);
-    // Home, draw, clear what an older, longer frame left below.
-    if (tty) frame = "\x1b[H" + frame + (raw.active() ? "(q quits)\n" : "") + "\x1b[J";
-    if (!tty && n > 0) frame = "\n" + frame;
-    if (tty && first) std::fputs("\x1b[2J", stdout);
+    const Frame f = measure(v, prev, now, first);
+    std::string frame;
+    if (o.json) {
+      frame = render_json(f);  // JSON Lines, never terminal escapes
+    } else if (tty) {
+      // Home, draw (each line erased to its end), clear what a longer frame left below.
+      frame = "\x1b[H" +
+              erase_line_ends(render_text(f) + ((rawp && rawp->active()) ? "(q quits)\n" : "")) +
+              "\x1b[J";
+    } else {
+      frame = (n > 0 ? "\n" : "") + render_text(f);
+    }
+    if (tty && first && !o.json) std::fputs("\x1b[2J", stdout);
     std::fputs(frame.c_str(), stdout);
     std::fflush(stdout);
     if (o.iterations != 0 && n + 1 >= o.iterations) break;
@@ -189,7 +281,7 @@ void run_top(const TopOptions& o) {
     prev = now;
     first = false;
     pollfd p{STDIN_FILENO, POLLIN, 0};
-    int r = poll(&p, raw.active() ? 1 : 0, static_cast<int>(o.interval * 1000));
+    int r = poll(&p, (rawp && rawp->active()) ? 1 : 0, static_cast<int>(o.interval * 1000));
     if (r > 0 && (p.revents & POLLIN)) {
       char c = 0;
       if (read(STDIN_FILENO, &c, 1) == 1 && (c == 'q' || c == 'Q')) break;
