@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   for (uint32_t i = 0; i < 4 * page; ++i) tokens[i] = 1000 + i;
   uint64_t block_hashes[4], hashes[4];
   size_t n;
-  if (kvpool_hash_tokens(tokens, 4 * page, page, 0, block_hashes, hashes, 4, &n)) FAIL(hash);
+  /* hashed as the pool hashes (its page size and scheme), as commit will hash the blocks */
+  if (kvpool_pool_hash_tokens(pool, tokens, 4 * page, 0, block_hashes, hashes, 4, &n)) FAIL(hash);
 
   kvpool_immutable_batch* hit; /* the longest prefix already here: one handle */
   if (kvpool_pool_match(pool, hashes, n, &hit)) FAIL(kvpool_pool_match);

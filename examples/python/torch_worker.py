@@ -11,9 +11,9 @@ async def main(instance="default", runtime_dir=""):
     pool = kvpool.Client.connect(instance, runtime_dir=runtime_dir).pool("g2")
     page = pool.page_size
     tokens = list(range(1000, 1000 + 4 * page))                       # the prompt
-    _, hashes = kvpool.hash_tokens(tokens, page, salt=0)
+    _, hashes = pool.hash_tokens(tokens, salt=0)                      # as the pool hashes
     hit = await pool.match_sequence_hashes_async(hashes)              # the loop keeps running
-    cached = [torch.from_dlpack(b) for b in hit]                      # read-only by contract
+    cached = [torch.from_dlpack(b) for b in hit]      # read-only: writing faults; .clone() to edit
     fresh = await pool.allocate_blocks_async(len(hashes) - len(hit))
     parent = hit[-1].sequence_hash if hit else None
     for i, b in enumerate(fresh, start=len(hit)):

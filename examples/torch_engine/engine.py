@@ -64,7 +64,7 @@ class Engine:
     def serve(self, tokens, hold=False):
         """Logits of the positions it had to compute, and what it reused / stored."""
         page, n = self.page, len(tokens)
-        _, seq_hashes = kvpool.hash_tokens(tokens, page, self.salt)
+        _, seq_hashes = self.pool.hash_tokens(tokens, self.salt)  # the pool's scheme
         hit = self.pool.match_sequence_hashes(seq_hashes)
         # At least the last token is computed: its logits are the answer.
         use = min(len(hit), (n - 1) // page)

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   std::vector<kvpool::Token> tokens(3 * page);
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<kvpool::Token>(i * 7 + static_cast<size_t>(getpid()));
-  auto seq = kvpool::TokenBlockSequence::create(tokens, page, /*salt=*/42);
+  // Hashed as the pool hashes (its page size and scheme: dynamo-0.2 or dynamo-router).
+  auto seq = pool->hash_tokens(tokens, /*salt=*/42);
   if (!seq) return fail("token blocks", seq.status());
   auto hashes = seq->sequence_hashes();
 

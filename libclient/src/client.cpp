@@ -31,6 +31,15 @@ DType Pool::dtype() const { return dtype_from_shm(client_->conn().pools()[index_
 
 HashScheme Pool::hash_scheme() const { return client_->conn().pools()[index_].hash_scheme(); }
 
+BlockCounts Pool::counts() const {
+  const pool::PoolCounts c = client_->conn().counts(index_);
+  return BlockCounts{c.total, c.free, c.inactive, c.active, c.mutable_blocks};
+}
+
+Result<TokenBlockSequence> Pool::hash_tokens(std::span<const Token> tokens, Salt salt) const {
+  return TokenBlockSequence::create(tokens, page_size(), salt, hash_scheme());
+}
+
 Status Pool::check_hash_scheme(HashScheme worker_scheme) const {
   const HashScheme pool_scheme = hash_scheme();
   if (pool_scheme == worker_scheme) return Status::ok();
@@ -477,6 +486,8 @@ Result<Pool> Client::pool(std::string_view name) const {
   const auto& pools = impl_->conn().pools();
   std::string known;
   for (uint32_t i = 0; i < pools.size(); ++i) {
+    // Every pool is named in the "not found" message, so the list is built before the match.
+    known += (known.empty() ? "" : ", ") + pools[i].name;
     if (pools[i].name != name) continue;
     if (!pools[i].usable)
       return Status(ErrorCode::kPermissionDenied,
@@ -484,7 +495,6 @@ Result<Pool> Client::pool(std::string_view name) const {
                         std::to_string(::getuid()) + " / gid " + std::to_string(::getgid()) +
                         " (its allowed_uids/allowed_gids in the daemon's config)");
     return Pool(impl_, i);
-    known += (known.empty() ? "" : ", ") + pools[i].name;
   }
   return Status(ErrorCode::kNotFound,
                 "no pool named '" + std::string(name) + "' (this daemon has: " + known + ")");

@@ -92,6 +92,8 @@ class Connection {
   Status gone_reason() const;
   const std::vector<PoolView>& pools() const { return pools_; }
   const shm::ControlHeader& control() const { return control_.header(); }
+  // Pool `pool`'s block counts, a moment old (relaxed loads of the daemon's arena counters).
+  pool::PoolCounts counts(uint32_t pool) const { return control_.arena(pool).counts(); }
   // The daemon died, stopped, or cut us off.
   bool gone() const;
 

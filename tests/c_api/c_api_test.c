@@ -242,6 +242,55 @@ static void test_connect_errors(void) {
         kvpool_pool_index(NULL) == 0 && kvpool_pool_storage(NULL) == KVPOOL_STORAGE_HOST);
 }
 
+/* Hashing comes from the pool (issue 27): for each pool, whatever its scheme, the hashes of
+ * kvpool_pool_hash_tokens are the ones commit gives blocks initialised with the same salt,
+ * so a prompt registered block by block matches whole. On the dynamo-router pool the
+ * dynamo-0.2 free function disagrees from the second block on (what broke the examples). */
+static void test_pool_hashing(kvpool_client* c, const char* name, kvpool_hash_scheme scheme) {
+  kvpool_pool* p = NULL;
+  OK(kvpool_client_pool(c, name, &p));
+  if (!p) return;
+  CHECK(kvpool_pool_hash_scheme(p) == scheme);
+  const uint32_t page = kvpool_pool_page_size(p);
+  uint32_t tokens[3 * 8];
+  for (uint32_t i = 0; i < 3 * page; ++i) tokens[i] = 7000 + i + (uint32_t)scheme * 100;
+  const uint64_t salt = 99;
+  uint64_t bh[3], sh[3], bh2[3], sh2[3];
+  size_t n = 0, n2 = 0;
+  OK(kvpool_pool_hash_tokens(p, tokens, 3 * page, salt, bh, sh, 3, &n));
+  CHECK(n == 3);
+  OK(kvpool_hash_tokens_scheme(scheme, tokens, 3 * page, page, salt, bh2, sh2, 3, &n2));
+  CHECK(n2 == 3 && memcmp(sh, sh2, sizeof(sh)) == 0 && memcmp(bh, bh2, sizeof(bh)) == 0);
+  OK(kvpool_hash_tokens(tokens, 3 * page, page, salt, bh2, sh2, 3, &n2));
+  CHECK(sh2[0] == sh[0]); /* the first block is its block hash in both schemes */
+  CHECK((sh2[1] == sh[1]) == (scheme == KVPOOL_HASH_DYNAMO_0_2));
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL",
+        kvpool_pool_hash_tokens(NULL, tokens, 3 * page, salt, bh, sh, 3, &n));
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "unknown hash scheme",
+        kvpool_hash_tokens_scheme((kvpool_hash_scheme)7, tokens, 4, 4, 0, bh, sh, 1, &n));
+
+  kvpool_mutable_batch* batch = NULL;
+  OK(kvpool_pool_allocate(p, 3, &batch));
+  for (size_t k = 0; batch && k < 3; ++k) {
+    kvpool_mutable_block* b = kvpool_mutable_batch_at(batch, k);
+    OK(kvpool_mutable_block_init_sequence(b, salt, k > 0, k > 0 ? sh[k - 1] : 0));
+    size_t took = 0;
+    OK(kvpool_mutable_block_add_tokens(b, tokens + k * page, page, &took));
+    OK(kvpool_mutable_block_commit(b));
+    uint64_t committed = 0;
+    OK(kvpool_mutable_block_sequence_hash(b, &committed));
+    CHECK(committed == sh[k]);
+  }
+  kvpool_immutable_batch* reg = NULL;
+  if (batch) OK(kvpool_pool_register_batch(p, batch, &reg));
+  kvpool_immutable_batch* hit = NULL;
+  OK(kvpool_pool_match(p, sh, 3, &hit));
+  CHECK(hit && kvpool_immutable_batch_size(hit) == 3);
+  kvpool_immutable_batch_release(hit);
+  kvpool_immutable_batch_release(reg);
+  kvpool_pool_release(p);
+}
+
 static void test_client_and_pools(kvpool_client* c) {
   CHECK(kvpool_client_daemon_alive(c) == 1);
   OK(kvpool_client_ping(c));
@@ -253,6 +302,8 @@ static void test_client_and_pools(kvpool_client* c) {
 
   kvpool_pool* p = (kvpool_pool*)c;
   FAILS(KVPOOL_ERR_NOT_FOUND, "'nosuch'", kvpool_client_pool(c, "nosuch", &p));
+  /* The message lists the pools the daemon has (issue 27: it listed none). */
+  FAILS(KVPOOL_ERR_NOT_FOUND, "(this daemon has: g, h)", kvpool_client_pool(c, "nosuch", &p));
   CHECK(p == (kvpool_pool*)c);
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_client_pool(c, NULL, &p));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_client_pool(c, "g", NULL));
@@ -295,6 +346,9 @@ static void test_client_and_pools(kvpool_client* c) {
   k.struct_size = 4;
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "struct_size", kvpool_pool_counts_get(h, &k));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_counts_get(h, NULL));
+  /* Pools hash as their config says: g dynamo-0.2 (the default), h dynamo-router. */
+  CHECK(kvpool_pool_hash_scheme(h) == KVPOOL_HASH_DYNAMO_ROUTER);
+  CHECK(kvpool_pool_hash_scheme(NULL) == KVPOOL_HASH_DYNAMO_0_2);
   kvpool_pool_release(h);
   kvpool_pool* g = NULL;
   OK(kvpool_client_pool(c, "g", &g));
@@ -717,7 +771,8 @@ int main(int argc, char** argv) {
   const char* pools =
       "[{\"name\": \"g\", \"num_blocks\": 16, \"layout\": {\"num_layers\": 2, \"outer_dim\": 2,"
       " \"page_size\": 4, \"inner_dim\": 16, \"dtype_bytes\": 2, \"alignment\": 64}},"
-      " {\"name\": \"h\", \"num_blocks\": 8, \"layout\": {\"num_layers\": 3, \"outer_dim\": 1,"
+      " {\"name\": \"h\", \"num_blocks\": 8, \"hash_scheme\": \"dynamo-router\","
+      " \"layout\": {\"num_layers\": 3, \"outer_dim\": 1,"
       " \"page_size\": 8, \"inner_dim\": 4, \"dtype_bytes\": 4, \"dtype\": \"fp32\", "
       "\"alignment\": 128,"
       " \"kind\": \"layer_separate\"}}]";
@@ -732,6 +787,8 @@ int main(int argc, char** argv) {
     test_allocate_register_match(c, p);
     test_async(c, p);
     test_register_options(p);
+    test_pool_hashing(c, "g", KVPOOL_HASH_DYNAMO_0_2);
+    test_pool_hashing(c, "h", KVPOOL_HASH_DYNAMO_ROUTER);
     test_daemon_gone(c, p);
   }
   kvpool_pool_release(p);

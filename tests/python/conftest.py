@@ -48,7 +48,11 @@ def host_pool(name="g", blocks=64, page_size=4, inner_dim=16, dtype_bytes=2, kin
               "dtype_bytes": dtype_bytes, "alignment": 64}
     if kind:
         layout["kind"] = kind
-    return {"name": name, "num_blocks": blocks, "layout": layout}
+    pool = {"name": name, "num_blocks": blocks, "layout": layout}
+    # The same tests on pools of another hash scheme (ctest's python_*_dynamo_router).
+    if os.environ.get("KVPOOL_TEST_HASH_SCHEME"):
+        pool["hash_scheme"] = os.environ["KVPOOL_TEST_HASH_SCHEME"]
+    return pool
 
 
 class Daemon:

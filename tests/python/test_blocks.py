@@ -75,11 +75,11 @@ def test_host_block_buffer_is_shaped_by_the_layout(daemon):
     (b,) = filled(pool, 1)
     assert not hasattr(b, "__cuda_array_interface__")  # host blocks: buffer protocol only
     m = memoryview(b)
-    assert (m.shape, m.format, m.itemsize, m.readonly) == ((2, 2, 4, 16), "H", 2, False)
+    assert (m.shape, m.format, m.itemsize, m.readonly) == ((2, 2, 4, 16), "h", 2, False)
     assert b.shape == (2, 2, 4, 16) and b.nbytes == m.nbytes == 2 * 2 * 4 * 16 * 2
     arr = np.asarray(b)
-    assert arr.dtype == np.uint16 and arr.flags.writeable and arr.flags.c_contiguous
-    arr[...] = np.arange(arr.size, dtype=np.uint16).reshape(arr.shape)
+    assert arr.dtype == np.int16 and arr.flags.writeable and arr.flags.c_contiguous
+    arr[...] = np.arange(arr.size, dtype=np.int16).reshape(arr.shape)
     # Same memory: the view is the block, not a copy.
     assert arr.ctypes.data == b.address(0, 0)
     assert np.asarray(b)[1, 1, 3, 15] == arr.size - 1

@@ -125,7 +125,10 @@ def test_numpy_from_dlpack_and_buffer_formats(typed_daemon):
     (h,) = committed(client.pool("h"))
     assert np.asarray(h).dtype == np.float16 and np.from_dlpack(h).dtype == np.float16
     (r,) = committed(client.pool("raw"))
-    assert np.asarray(r).dtype == np.uint16  # no dtype: unsigned of dtype_bytes, as before
+    # No dtype: signed integers of dtype_bytes, the same through the buffer protocol and
+    # DLPack (issue 27: the buffer said uint16, DLPack int16).
+    assert np.asarray(r).dtype == np.from_dlpack(r).dtype == np.int16
+    assert memoryview(r).format == "h"
     del a
 
 
@@ -164,3 +167,33 @@ def test_bad_dtype_config_is_refused(tmp_path):
                          text=True, timeout=30)
     assert out.returncode != 0 and "fp8_e4m3" in out.stderr, out.stderr
     assert not os.path.exists(tmp_path / "bad.sock")
+
+
+def test_a_registered_blocks_tensor_is_read_only_by_contract(typed_daemon):
+    """The documented contract (docs/python.md): a write through torch to a registered
+    block faults in the writer alone, every other reader keeps the bytes, and .clone() is
+    the way to a writable copy."""
+    pool = typed_daemon.connect().pool("f")
+    (b,) = committed(pool)
+    torch.from_dlpack(b).fill_(2.5)
+    h = b.sequence_hash
+    shared = pool.register_blocks([b])
+    before = bytes(memoryview(shared[0]).cast("B"))
+    writer = (
+        "import sys, torch, kvpool\n"
+        f"c = kvpool.Client.connect({typed_daemon.instance!r}, runtime_dir={typed_daemon.runtime_dir!r})\n"
+        f"hit = c.pool('f').match_sequence_hashes([{h}])\n"
+        "t = torch.from_dlpack(hit[0])\n"
+        "print('writing', flush=True)\n"
+        "t.fill_(7.0)\n"
+        "print('wrote', flush=True)\n")
+    r = subprocess.run([os.sys.executable, "-c", writer], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == -11 and "writing" in r.stdout and "wrote" not in r.stdout, r
+    assert bytes(memoryview(shared[0]).cast("B")) == before  # nobody saw the write
+    copy = torch.from_dlpack(shared[0]).clone()  # the safe way to edit cached KV
+    copy.fill_(7.0)
+    assert bool((copy == 7.0).all()) and bool((torch.from_dlpack(shared[0]) == 2.5).all())
+    assert bytes(memoryview(shared[0]).cast("B")) == before
+    del copy
+    shared.release()

@@ -76,3 +76,42 @@ def test_bad_input():
         kvpool.hash_tokens("1234", 4, 0)
     with pytest.raises(TypeError):
         kvpool.hash_tokens([1.5], 1, 0)
+
+
+@pytest.mark.parametrize("scheme", ["dynamo-0.2", "dynamo-router"])
+def test_a_pool_hashes_tokens_with_its_own_scheme(daemon_factory, scheme):
+    """Pool.hash_tokens is what commit gives the blocks, on pools of either scheme, so a
+    prompt registered block by block matches whole (issue 27: the free function hashed
+    dynamo-0.2 only, and a dynamo-router pool matched 1 block of 4)."""
+    from conftest import host_pool
+    pool_cfg = host_pool("s")
+    pool_cfg["hash_scheme"] = scheme
+    pool = daemon_factory(pools=[pool_cfg]).connect().pool("s")
+    assert pool.hash_scheme == scheme
+    page, salt = pool.page_size, 5
+    tokens = list(range(300, 300 + 4 * page))
+    blocks, seqs = pool.hash_tokens(tokens, salt)
+    assert (blocks, seqs) == kvpool.hash_tokens(tokens, page, salt, hash_scheme=scheme)
+    free_02 = kvpool.hash_tokens(tokens, page, salt)  # names its scheme: dynamo-0.2
+    assert free_02[1][0] == seqs[0]
+    assert (free_02[1][1] == seqs[1]) == (scheme == "dynamo-0.2")
+    fresh = pool.allocate_blocks(4)
+    parent = None
+    for i, b in enumerate(fresh):
+        b.init_sequence(salt, parent)
+        b.add_tokens(tokens[i * page:(i + 1) * page])
+        b.commit()
+        assert b.sequence_hash == seqs[i]
+        parent = b.sequence_hash
+    with pool.register_blocks(fresh):
+        assert len(pool.match_sequence_hashes(seqs)) == 4
+    with pytest.raises(ValueError):
+        kvpool.hash_tokens(tokens, page, salt, hash_scheme="dynamo-9")
+
+
+def test_pool_counts_as_in_c_and_rust(daemon):
+    pool = daemon.connect().pool("g")
+    assert pool.counts() == {"total": 64, "free": 64, "inactive": 0, "active": 0, "mutable": 0}
+    blocks = pool.allocate_blocks(3)
+    assert pool.counts() == {"total": 64, "free": 61, "inactive": 0, "active": 0, "mutable": 3}
+    del blocks

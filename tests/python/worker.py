@@ -30,7 +30,7 @@ def main():
                                    runtime_dir=os.environ["KVPOOL_RUNTIME_DIR"], connect_timeout=10)
     pool = client.pool("g")
     if mode == "write":
-        _, seq = kvpool.hash_tokens(tokens, pool.page_size, SALT)
+        _, seq = pool.hash_tokens(tokens, SALT)
         page = pool.page_size
         blocks = pool.allocate_blocks(len(seq))
         parent = None
@@ -39,18 +39,19 @@ def main():
             b.add_tokens(tokens[i * page:(i + 1) * page])
             b.commit()
             assert b.sequence_hash == seq[i]
-            np.asarray(b)[...] = pattern(b.sequence_hash, b.shape)  # the view goes at once
+            np.asarray(b).view(np.uint16)[...] = pattern(b.sequence_hash, b.shape)  # goes at once
             parent = b.sequence_hash
         shared = pool.register_blocks(blocks)
         print("registered " + ",".join(str(h) for h in shared.sequence_hashes), flush=True)
         sys.stdin.readline()  # "exit"
         shared.release()
     elif mode == "read":
-        _, seq = kvpool.hash_tokens(tokens, pool.page_size, SALT)
+        _, seq = pool.hash_tokens(tokens, SALT)
         with pool.match_sequence_hashes(np.array(seq, dtype=np.uint64)) as hit:
             for b in hit:
                 arr = np.asarray(b)
-                if arr.flags.writeable or not np.array_equal(arr, pattern(b.sequence_hash, b.shape)):
+                if arr.flags.writeable or not np.array_equal(arr.view(np.uint16),
+                                                             pattern(b.sequence_hash, b.shape)):
                     print(f"mismatch in block {b.block_id}", flush=True)
                     return 1
             print(f"matched {len(hit)}", flush=True)

@@ -31,6 +31,7 @@
 #include "kvpool/core/dtype.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
+#include "kvpool/core/token_block.hpp"
 
 namespace kvpool {
 
@@ -127,6 +128,15 @@ struct ScrubStep {
 Status copy_blocks(const Pool& src, std::span<const uint32_t> src_ids, const Pool& dst,
                    std::span<const uint32_t> dst_ids, void* cuda_stream = nullptr);
 
+// A pool's blocks by state, a moment old (Pool::counts).
+struct BlockCounts {
+  uint32_t total = 0;
+  uint32_t free = 0;            // reset, owned by nobody
+  uint32_t inactive = 0;        // registered, unreferenced: matchable and evictable
+  uint32_t active = 0;          // registered and referenced
+  uint32_t mutable_blocks = 0;  // handed out by allocate
+};
+
 class Pool {
  public:
   Result<std::vector<MutableBlock>> allocate_blocks(uint32_t count);
@@ -162,6 +172,9 @@ class Pool {
   // next_block == layout().num_blocks (`kvpoolctl scrub` does).
   Result<ScrubStep> scrub_step(uint32_t start_block, uint64_t byte_budget = 0);
 
+  // Blocks by state, read from the daemon's control segment (no request; a moment old).
+  BlockCounts counts() const;
+
   const std::string& name() const;
   const LayoutConfig& layout() const;
   uint32_t page_size() const { return layout().page_size; }
@@ -169,9 +182,14 @@ class Pool {
   DType dtype() const;
   uint32_t index() const { return index_; }
   // How this pool's blocks are hashed (kvpoold's "hash_scheme"; see kvpool/core/hash.hpp).
-  // MutableBlock::commit uses it; hash sequences with it too:
-  // TokenBlockSequence::create(tokens, pool.page_size(), salt, pool.hash_scheme()).
+  // MutableBlock::commit uses it; hash sequences with it too (hash_tokens below).
   HashScheme hash_scheme() const;
+  // The full blocks of `tokens` hashed as this pool hashes them (its page size and hash
+  // scheme): the sequence hashes to match, and that MutableBlock::commit gives the blocks.
+  // Salt as for MutableBlock::init_sequence (dynamo-router: dynamo_router_salt(...), 1337
+  // for a plain request). Same as
+  // TokenBlockSequence::create(tokens, page_size(), salt, hash_scheme()).
+  Result<TokenBlockSequence> hash_tokens(std::span<const Token> tokens, Salt salt) const;
   // kVersionMismatch, naming both schemes, unless the pool hashes with `worker_scheme`:
   // for a worker built for one scheme, to refuse a pool whose hashes would never match.
   Status check_hash_scheme(HashScheme worker_scheme) const;

@@ -198,6 +198,24 @@ KVPOOL_API kvpool_error_code kvpool_pool_cuda_device(const kvpool_pool* pool, in
 KVPOOL_API kvpool_error_code kvpool_pool_counts_get(const kvpool_pool* pool,
                                                     kvpool_pool_counts* out);
 
+/* Since ABI 1.2: how a pool hashes its blocks (kvpoold's "hash_scheme"; the numbers are
+ * kvpool::HashScheme's). */
+typedef enum kvpool_hash_scheme {
+  KVPOOL_HASH_DYNAMO_0_2 = 0,   /* "dynamo-0.2": the chain seed is the salt */
+  KVPOOL_HASH_DYNAMO_ROUTER = 1 /* "dynamo-router": the chain seed is always 1337 */
+} kvpool_hash_scheme;
+/* Since ABI 1.2. KVPOOL_HASH_DYNAMO_0_2 for a NULL pool. */
+KVPOOL_API kvpool_hash_scheme kvpool_pool_hash_scheme(const kvpool_pool* pool);
+/* Since ABI 1.2: the hashes of the full blocks of tokens[0..count) as this pool hashes them
+ * (its page size and hash scheme): the sequence hashes to match, and that
+ * kvpool_mutable_block_commit gives blocks initialised with the same salt. Otherwise as
+ * kvpool_hash_tokens. Use this, not kvpool_hash_tokens, whatever the pool's scheme. */
+KVPOOL_API kvpool_error_code kvpool_pool_hash_tokens(const kvpool_pool* pool,
+                                                     const uint32_t* tokens, size_t count,
+                                                     uint64_t salt, uint64_t* block_hashes,
+                                                     uint64_t* sequence_hashes, size_t capacity,
+                                                     size_t* blocks);
+
 /* ---- Pool: allocate, register, match (blocking) --------------------------------------- */
 
 /* `count` mutable blocks, all or nothing (KVPOOL_ERR_NOT_ENOUGH_BLOCKS). */
@@ -429,19 +447,31 @@ KVPOOL_API uint32_t kvpool_batch_completion_prefix(const kvpool_batch_completion
 KVPOOL_API void kvpool_batch_completion_release(kvpool_batch_completion* c);
 
 /* ---- Hashing (Dynamo-compatible; no daemon needed) ----------------------------------- */
+/* To match a pool's blocks, hash with the pool's scheme: kvpool_pool_hash_tokens, or
+ * kvpool_hash_tokens_scheme with kvpool_pool_hash_scheme(pool). kvpool_sequence_hash and
+ * kvpool_hash_tokens are the dynamo-0.2 scheme only. */
 
-/* XXH3-64 of the tokens (little-endian u32) seeded with salt. */
+/* XXH3-64 of the tokens (little-endian u32) seeded with salt (the same in both schemes). */
 KVPOOL_API uint64_t kvpool_block_hash(const uint32_t* tokens, size_t count, uint64_t salt);
-/* The block hash itself without a parent; else XXH3-64 of {parent, block_hash}. */
+/* dynamo-0.2: the block hash itself without a parent; else XXH3-64 of {parent, block_hash}
+ * seeded with salt. */
 KVPOOL_API uint64_t kvpool_sequence_hash(int has_parent, uint64_t parent, uint64_t block_hash,
                                          uint64_t salt);
-/* Hashes of the full blocks of tokens[0..count) (a partial tail is not hashed):
+/* dynamo-0.2: hashes of the full blocks of tokens[0..count) (a partial tail is not hashed):
  * *blocks = count / page_size; writes min(*blocks, capacity) entries of each array (either
  * may be NULL when capacity is 0). */
 KVPOOL_API kvpool_error_code kvpool_hash_tokens(const uint32_t* tokens, size_t count,
                                                 uint32_t page_size, uint64_t salt,
                                                 uint64_t* block_hashes, uint64_t* sequence_hashes,
                                                 size_t capacity, size_t* blocks);
+/* Since ABI 1.2: kvpool_hash_tokens in the given scheme (KVPOOL_ERR_INVALID_ARGUMENT for a
+ * scheme this library does not know). */
+KVPOOL_API kvpool_error_code kvpool_hash_tokens_scheme(kvpool_hash_scheme scheme,
+                                                       const uint32_t* tokens, size_t count,
+                                                       uint32_t page_size, uint64_t salt,
+                                                       uint64_t* block_hashes,
+                                                       uint64_t* sequence_hashes, size_t capacity,
+                                                       size_t* blocks);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
     import kvpool
     client = kvpool.Client.connect("default")
     pool = client.pool("g2")
-    block_hashes, seq_hashes = kvpool.hash_tokens(tokens, pool.page_size, salt=0)
+    block_hashes, seq_hashes = pool.hash_tokens(tokens, salt=0)  # as the pool hashes
     with pool.match_sequence_hashes(seq_hashes) as hit:      # longest known prefix
         ...                                                   # numpy.asarray(hit[i]) reads it
 

@@ -168,6 +168,12 @@ class Pool:
         send_tokens: bool = False) -> Coroutine[Any, Any, ImmutableBlocks]: ...
     def match_sequence_hashes_async(
         self, hashes: _IntSeq) -> Coroutine[Any, Any, ImmutableBlocks]: ...
+    # Hashed as this pool hashes (its page size and hash scheme): the hashes to match.
+    def hash_tokens(self, tokens: _IntSeq, salt: int = 0) -> Tuple[list[int], list[int]]: ...
+    @property
+    def hash_scheme(self) -> str: ...
+    # {'total', 'free', 'inactive', 'active', 'mutable'}, a moment old.
+    def counts(self) -> dict[str, int]: ...
     @property
     def dtype(self) -> Optional[str]: ...
     @property
@@ -237,6 +243,8 @@ def batch_store_block_bytes(max_key_bytes: int, value_bytes: int, namespace_byte
 __version__: str
 __git_commit__: str
 
-def hash_tokens(tokens: _IntSeq, page_size: int, salt: int = 0) -> Tuple[list[int], list[int]]:
-    """(block_hashes, sequence_hashes) of the full blocks of tokens (Dynamo-compatible)."""
+def hash_tokens(tokens: _IntSeq, page_size: int, salt: int = 0,
+                hash_scheme: str = "dynamo-0.2") -> Tuple[list[int], list[int]]:
+    """(block_hashes, sequence_hashes) of the full blocks of tokens in hash_scheme
+    ('dynamo-0.2' or 'dynamo-router'). Pool.hash_tokens hashes as the pool does."""
     ...

@@ -19,11 +19,18 @@ Status released_error(const char* what, const char* why) {
 
 // ---- memory views -----------------------------------------------------------------------------
 
-// Items: the pool's dtype where the buffer protocol has a format for it (fp16 'e', fp32 'f'),
-// else unsigned integers of dtype_bytes (view bf16 with .view() / DLPack).
+// Items: the pool's dtype where the buffer protocol has a format for it (fp16 'e', fp32 'f');
+// bf16, fp8 and u8 as unsigned integers of their size (view bf16 with .view() / DLPack); a
+// pool without a dtype as signed integers of dtype_bytes, the same as its DLPack export
+// (dlpack.cpp: torch has no uint16/32/64), so NumPy and torch see one type.
+bool raw_signed(const PoolMeta& m) {
+  return m.dtype == DType::kUnspecified && m.config.dtype_bytes > 1;
+}
+
 const char* item_format(const PoolMeta& m) {
   if (m.dtype == DType::kFp16) return "e";
   if (m.dtype == DType::kFp32) return "f";
+  if (raw_signed(m)) return m.config.dtype_bytes == 2 ? "h" : m.config.dtype_bytes == 4 ? "i" : "q";
   switch (m.config.dtype_bytes) {
     case 1:
       return "B";
@@ -39,6 +46,8 @@ const char* item_format(const PoolMeta& m) {
 const char* typestr(const PoolMeta& m) {
   if (m.dtype == DType::kFp16) return "<f2";
   if (m.dtype == DType::kFp32) return "<f4";
+  if (raw_signed(m))
+    return m.config.dtype_bytes == 2 ? "<i2" : m.config.dtype_bytes == 4 ? "<i4" : "<i8";
   switch (m.config.dtype_bytes) {
     case 1:
       return "|u1";

@@ -15,7 +15,8 @@ namespace {
 
 // DLPack 0.6 has no fp8 code: fp8_e4m3 goes out as uint8 (torch: .view(torch.float8_e4m3fn)
 // where the consumer has it). A pool without a dtype: raw integers of dtype_bytes, unsigned
-// for 1 byte, else signed (torch has no uint16/32/64; the bits are the same).
+// for 1 byte, else signed (torch has no uint16/32/64; the bits are the same), as its buffer
+// protocol export says too (blocks.cpp item_format).
 DLDataType dl_dtype(const PoolMeta& m) {
   switch (m.dtype) {
     case DType::kFp16:

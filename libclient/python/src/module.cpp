@@ -186,13 +186,38 @@ Client connect(const std::string& instance, const std::string& runtime_dir, doub
   return check(std::move(r));
 }
 
-py::tuple hash_tokens(py::handle tokens, uint32_t page_size, uint64_t salt) {
-  auto t = to_unsigned_vector<Token>(tokens, "tokens");
-  auto seq = check(TokenBlockSequence::create(t, page_size, salt));
+py::tuple hashes_of(const TokenBlockSequence& seq) {
   std::vector<BlockHash> block_hashes;
   block_hashes.reserve(seq.blocks().size());
   for (const auto& b : seq.blocks()) block_hashes.push_back(b.block_hash);
   return py::make_tuple(py::cast(block_hashes), py::cast(seq.sequence_hashes()));
+}
+
+// The free function names its scheme (default dynamo-0.2); Pool.hash_tokens uses the pool's.
+py::tuple hash_tokens(py::handle tokens, uint32_t page_size, uint64_t salt,
+                      const std::string& hash_scheme) {
+  auto scheme = parse_hash_scheme(hash_scheme);
+  if (!scheme)
+    throw py::value_error("hash_scheme must be 'dynamo-0.2' or 'dynamo-router', got '" +
+                          hash_scheme + "'");
+  auto t = to_unsigned_vector<Token>(tokens, "tokens");
+  return hashes_of(check(TokenBlockSequence::create(t, page_size, salt, *scheme)));
+}
+
+py::tuple pool_hash_tokens(const PoolObject& p, py::handle tokens, uint64_t salt) {
+  auto t = to_unsigned_vector<Token>(tokens, "tokens");
+  return hashes_of(check(p.pool().hash_tokens(t, salt)));
+}
+
+py::dict pool_counts(const PoolObject& p) {
+  const BlockCounts c = p.pool().counts();
+  py::dict d;
+  d["total"] = c.total;
+  d["free"] = c.free;
+  d["inactive"] = c.inactive;
+  d["active"] = c.active;
+  d["mutable"] = c.mutable_blocks;
+  return d;
 }
 
 py::dict layout_dict(const PoolMeta& m) {
@@ -261,6 +286,17 @@ PYBIND11_MODULE(_kvpool, m) {
       .def("match_sequence_hashes", &PoolObject::match_sequence_hashes, py::arg("hashes"),
            "The longest prefix of `hashes` (ints, or a NumPy uint64 array) the pool holds, as\n"
            "ImmutableBlocks.")
+      .def("hash_tokens", &pool_hash_tokens, py::arg("tokens"), py::arg("salt") = 0,
+           "(block_hashes, sequence_hashes) of the full blocks of `tokens` as this pool hashes\n"
+           "them (its page size and hash scheme): the hashes MutableBlock.commit gives blocks\n"
+           "started with init_sequence(salt, ...), and the ones to match.")
+      .def_property_readonly(
+          "hash_scheme",
+          [](const PoolObject& p) { return std::string(hash_scheme_name(p.pool().hash_scheme())); },
+          "How the pool hashes its blocks: 'dynamo-0.2' or 'dynamo-router'.")
+      .def("counts", &pool_counts,
+           "Blocks by state, a moment old: {'total', 'free', 'inactive', 'active', 'mutable'}\n"
+           "(as kvpool_pool_counts_get in C and Pool::counts in Rust).")
       .def_property_readonly("name", [](const PoolObject& p) { return p.pool().name(); })
       .def_property_readonly("page_size", [](const PoolObject& p) { return p.pool().page_size(); })
       .def_property_readonly("index", [](const PoolObject& p) { return p.pool().index(); })
@@ -317,6 +353,8 @@ PYBIND11_MODULE(_kvpool, m) {
   bind_batch_store(m);
 
   m.def("hash_tokens", &hash_tokens, py::arg("tokens"), py::arg("page_size"), py::arg("salt") = 0,
-        "(block_hashes, sequence_hashes) of the full blocks of `tokens` (Dynamo-compatible; a\n"
-        "partial tail is not hashed).");
+        py::arg("hash_scheme") = "dynamo-0.2",
+        "(block_hashes, sequence_hashes) of the full blocks of `tokens` in `hash_scheme`\n"
+        "('dynamo-0.2' or 'dynamo-router'; a partial tail is not hashed). To match a pool's\n"
+        "blocks use Pool.hash_tokens, which hashes as the pool does.");
 }

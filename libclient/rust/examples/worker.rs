@@ -8,7 +8,7 @@ fn main() -> Result<(), kvpool::Error> {
     let page = pool.page_size() as usize;
 
     let tokens: Vec<u32> = (1000..1000 + 4 * page as u32).collect(); // the prompt
-    let (_, hashes) = kvpool::hash_tokens(&tokens, page as u32, 0)?; // Dynamo-compatible
+    let (_, hashes) = pool.hash_tokens(&tokens, 0)?; // as the pool hashes (its scheme)
     let hit = pool.match_sequence_hashes(&hashes)?; // longest prefix already here
     let mut fresh = pool.allocate_blocks((hashes.len() - hit.len()) as u32)?; // all or nothing
     for (k, block) in (hit.len()..).zip(fresh.iter_mut()) {

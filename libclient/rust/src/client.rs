@@ -9,6 +9,7 @@ use crate::block::{immutables_from_batch, MutableBlock};
 use crate::error::{check, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::future::{AllocateFuture, MatchFuture};
+use crate::hash::HashScheme;
 use crate::ImmutableBlock;
 
 /// How to reach kvpoold (`ConnectOptions::default()` = the library's defaults).
@@ -424,6 +425,37 @@ impl Pool {
         let mut d = 0;
         check(unsafe { ffi::kvpool_pool_cuda_device(self.inner.ptr, &mut d) })?;
         Ok(d)
+    }
+
+    /// How this pool hashes its blocks (what `MutableBlock::commit` uses).
+    pub fn hash_scheme(&self) -> HashScheme {
+        match unsafe { ffi::kvpool_pool_hash_scheme(self.inner.ptr) } {
+            1 => HashScheme::DynamoRouter,
+            _ => HashScheme::Dynamo02,
+        }
+    }
+
+    /// (block hashes, sequence hashes) of the full blocks of `tokens` as this pool hashes
+    /// them (its page size and hash scheme): the hashes to match, and the ones `commit`
+    /// gives blocks started with the same salt.
+    pub fn hash_tokens(&self, tokens: &[u32], salt: u64) -> Result<(Vec<u64>, Vec<u64>)> {
+        let n = tokens.len() / self.page_size().max(1) as usize;
+        let mut b = vec![0u64; n];
+        let mut s = vec![0u64; n];
+        let mut blocks = 0usize;
+        check(unsafe {
+            ffi::kvpool_pool_hash_tokens(
+                self.inner.ptr,
+                tokens.as_ptr(),
+                tokens.len(),
+                salt,
+                b.as_mut_ptr(),
+                s.as_mut_ptr(),
+                n,
+                &mut blocks,
+            )
+        })?;
+        Ok((b, s))
     }
 
     /// Block counts, a moment old.

@@ -295,9 +295,20 @@ extern "C" {
     pub fn kvpool_batch_completion_prefix(c: *const kvpool_batch_completion) -> u32;
     pub fn kvpool_batch_completion_release(c: *mut kvpool_batch_completion);
 
-    pub fn kvpool_block_hash(tokens: *const u32, count: usize, salt: u64) -> u64;
-    pub fn kvpool_sequence_hash(has_parent: c_int, parent: u64, block_hash: u64, salt: u64) -> u64;
-    pub fn kvpool_hash_tokens(
+    // Since ABI 1.2.
+    pub fn kvpool_pool_hash_scheme(pool: *const kvpool_pool) -> c_int;
+    pub fn kvpool_pool_hash_tokens(
+        pool: *const kvpool_pool,
+        tokens: *const u32,
+        count: usize,
+        salt: u64,
+        block_hashes: *mut u64,
+        sequence_hashes: *mut u64,
+        capacity: usize,
+        blocks: *mut usize,
+    ) -> kvpool_error_code;
+    pub fn kvpool_hash_tokens_scheme(
+        scheme: c_int,
         tokens: *const u32,
         count: usize,
         page_size: u32,
@@ -307,4 +318,8 @@ extern "C" {
         capacity: usize,
         blocks: *mut usize,
     ) -> kvpool_error_code;
+
+    pub fn kvpool_block_hash(tokens: *const u32, count: usize, salt: u64) -> u64;
+    pub fn kvpool_sequence_hash(has_parent: c_int, parent: u64, block_hash: u64, salt: u64) -> u64;
+    // (kvpool_hash_tokens is kvpool_hash_tokens_scheme with KVPOOL_HASH_DYNAMO_0_2.)
 }

@@ -38,7 +38,7 @@ pub use client::{
 };
 pub use error::{Error, ErrorCode, Result};
 pub use future::{AllocateFuture, MatchFuture};
-pub use hash::{block_hash, hash_tokens, sequence_hash};
+pub use hash::{block_hash, hash_tokens, hash_tokens_scheme, sequence_hash, HashScheme};
 
 /// Dynamo's names for the hash types.
 pub type SequenceHash = u64;

@@ -12,7 +12,10 @@ const POOLS: &str = r#"[{"name": "kv", "num_blocks": 16, "layout": {"num_layers"
 
 #[test]
 fn set_get_exists_delete() {
-    let d = Daemon::start_pools(POOLS);
+    let d = match Daemon::start_pools(POOLS) {
+        Some(d) => d,
+        None => return, // no kvpoold to test against: skipped (said on stderr)
+    };
     let c = d.connect();
     let mut s = BatchStore::open(&c, "kv", &BatchStoreOptions::default()).unwrap();
     assert_eq!(s.value_capacity(), 2048);
@@ -62,7 +65,10 @@ fn set_get_exists_delete() {
 
 #[test]
 fn dead_daemon_completes_with_an_error() {
-    let mut d = Daemon::start_pools(POOLS);
+    let mut d = match Daemon::start_pools(POOLS) {
+        Some(d) => d,
+        None => return, // no kvpoold to test against: skipped (said on stderr)
+    };
     let c = d.connect();
     let mut s = BatchStore::open(&c, "kv", &BatchStoreOptions::default()).unwrap();
     d.kill();

@@ -15,6 +15,28 @@ use std::time::{Duration, Instant};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// The kvpoold to test against: $KVPOOLD, else `kvpoold` on PATH, else the kvpool build
+/// beside this crate (../../build/daemon/kvpoold).
+fn find_kvpoold() -> Option<PathBuf> {
+    if let Ok(k) = std::env::var("KVPOOLD") {
+        return Some(PathBuf::from(k));
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let k = dir.join("kvpoold");
+            if k.is_file() {
+                return Some(k);
+            }
+        }
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../build/daemon/kvpoold");
+    if built.is_file() {
+        Some(built)
+    } else {
+        None
+    }
+}
+
 pub struct Daemon {
     pub dir: PathBuf,
     pub instance: String,
@@ -22,20 +44,34 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// kvpoold with one host pool "g" of `blocks` blocks, page size 4 (Dynamo's test layout).
-    pub fn start(blocks: u32) -> Daemon {
+    /// kvpoold with one host pool "g" of `blocks` blocks, page size 4 (Dynamo's test layout);
+    /// None, said on stderr, when no kvpoold binary is found (the test is then skipped).
+    pub fn start(blocks: u32) -> Option<Daemon> {
+        Self::start_with_scheme(blocks, "dynamo-0.2")
+    }
+
+    /// The same with the pool's "hash_scheme".
+    pub fn start_with_scheme(blocks: u32, scheme: &str) -> Option<Daemon> {
         Daemon::start_pools(&format!(
-            r#"[{{"name": "g", "num_blocks": {}, "layout":
+            r#"[{{"name": "g", "num_blocks": {}, "hash_scheme": "{}", "layout":
                {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
                  "alignment": 64}}}}]"#,
-            blocks
+            blocks, scheme
         ))
     }
 
-    /// kvpoold with the pools of `pools` (a JSON array of pool objects).
-    pub fn start_pools(pools: &str) -> Daemon {
-        let kvpoold =
-            std::env::var("KVPOOLD").expect("$KVPOOLD must name the kvpoold binary (ctest sets it)");
+    /// kvpoold with the pools of `pools` (a JSON array of pool objects); None as `start`.
+    pub fn start_pools(pools: &str) -> Option<Daemon> {
+        let kvpoold = match find_kvpoold() {
+            Some(k) => k,
+            None => {
+                eprintln!(
+                    "SKIPPED: no kvpoold (set KVPOOLD, put kvpoold on PATH, or build kvpool in \
+                     ../../build beside this crate)"
+                );
+                return None;
+            }
+        };
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let instance = format!("rs{}-{}", std::process::id(), n);
         let dir = std::env::temp_dir().join(format!("kvpool-rs-{}", instance));
@@ -60,7 +96,7 @@ impl Daemon {
             .env_remove("WATCHDOG_USEC")
             .stdin(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {}", kvpoold, e));
+            .unwrap_or_else(|e| panic!("cannot start {}: {}", kvpoold.display(), e));
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut buf = [0u8; 4096];
         loop {
@@ -81,11 +117,11 @@ impl Daemon {
                 }
             }
         }
-        Daemon {
+        Some(Daemon {
             dir,
             instance,
             child: Some(child),
-        }
+        })
     }
 
     pub fn connect(&self) -> kvpool::Client {
