@@ -11,6 +11,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export RUSTC="$rustc"
+# The rustdoc beside that rustc (doctests read the rlibs it made).
+[ -x "$(dirname "$rustc")/rustdoc" ] && export RUSTDOC="$(dirname "$rustc")/rustdoc"
 unset LD_LIBRARY_PATH KVPOOL_C_LIB_DIR PKG_CONFIG_PATH
 
 # 1. KVPOOL_C_LIB_DIR.
