@@ -73,6 +73,9 @@ class ClientImpl {
   // them). Connections this client had before a reattach live as long as it does, so a
   // pointer to one, or to memory it mapped, stays valid.
   Connection& conn() const { return *current_.load(std::memory_order_acquire); }
+  const std::string& instance() const { return instance_; }
+  // As the caller gave it ("": found like the daemon's socket).
+  const std::string& runtime_dir() const { return options_.runtime_dir; }
 
   // Sends one request on the current connection; when its daemon is gone and reattach is
   // on, first reattaches to a restarted daemon: the first call after the death waits up to

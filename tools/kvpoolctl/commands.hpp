@@ -45,5 +45,7 @@ void add_top_command(CLI::App& app);
 // kvpoolctl scrub [--instance NAME] [--runtime-dir DIR] [--pool NAME] [--json]
 // (attaches as a client; exit 1 if a block failed its checksum)
 void add_scrub_command(CLI::App& app);
+// kvpoolctl peers [--instance NAME] [--runtime-dir DIR] [--json]   (asks kvpool-peer)
+void add_peers_command(CLI::App& app);
 
 }  // namespace kvpool

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   kvpool::add_events_command(app);
   kvpool::add_top_command(app);
   kvpool::add_scrub_command(app);
+  kvpool::add_peers_command(app);
 
   // A first word that is neither an option nor a subcommand is a mistyped subcommand: say
   // so, and list the ones there are (CLI11 alone answers "A subcommand is required").

@@ -43,6 +43,12 @@ class MutableBlock {
   Status pop_token();
   Status pop_tokens(size_t n);
   Status commit();  // only when exactly page_size tokens; computes the hashes
+  // Reset -> Complete with hashes computed elsewhere (BlockState::complete_as): for a copy
+  // of a block whose bytes came from another host's kvpoold (kvpool-peer).
+  Status complete_as(SequenceHash sequence_hash, BlockHash block_hash,
+                     std::optional<SequenceHash> parent) {
+    return state_.complete_as(sequence_hash, block_hash, parent);
+  }
   void reset();
   const BlockState& state() const { return state_; }
   Result<SequenceHash> sequence_hash() const { return state_.sequence_hash(); }

@@ -71,6 +71,18 @@ struct ConnectOptions {
 
 class Pool;
 
+// A match that may continue on another host (the peer tier, docs/peers.md): what this
+// host's pool lacks of the prefix is asked of this host's kvpool-peer, which fetches it from
+// the kvpoold of a host that holds it, registers it here and lets the match take it.
+struct PeerFetchOptions {
+  // The whole fetch, from asking kvpool-peer to the blocks being registered here. The call
+  // returns within about this long after the local match, whatever the network does.
+  std::chrono::milliseconds deadline{500};
+  // "host:port" of the holder's kvpool-peer, when a router knows it; "": kvpool-peer looks
+  // it up in what the peers' KV events said.
+  std::string holder;
+};
+
 struct RegisterOptions {
   // Send each block's checksum (XXH3-64 of its bytes, computed here before sending; see
   // kvpool/core/checksum.hpp) with it, so that kvpoold can tell later that its bytes
@@ -146,6 +158,17 @@ class Pool {
   Result<std::vector<ImmutableBlock>> register_blocks(std::vector<MutableBlock> blocks,
                                                       const RegisterOptions& options);
   Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes);
+
+  // The longest prefix of `hashes` found here (host, then disk where the pool has one) and
+  // then, for what is missing, on a peer: kvpool-peer fetches it (verified, registered
+  // here) and the result is one prefix, local blocks first. Any failure of the peer path
+  // (no kvpool-peer, no holder, a dead or stalled holder, the deadline) is a shorter
+  // prefix, never an error: only the local match's own errors are returned.
+  Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes,
+                                                            const PeerFetchOptions& peers);
+  // The same on a thread of its own: the caller waits only when it reads the future.
+  std::future<Result<std::vector<ImmutableBlock>>> match_sequence_hashes_async(
+      std::span<const SequenceHash> hashes, const PeerFetchOptions& peers);
 
   std::future<Result<std::vector<MutableBlock>>> allocate_blocks_async(uint32_t count);
   std::future<Result<std::vector<ImmutableBlock>>> register_blocks_async(

@@ -262,6 +262,19 @@ KVPOOL_API kvpool_error_code kvpool_pool_register_blocks_with(
 KVPOOL_API kvpool_error_code kvpool_pool_match(kvpool_pool* pool, const uint64_t* hashes,
                                                size_t count, kvpool_immutable_batch** out);
 
+/* Since ABI 1.2: the peer tier (docs/peers.md). A match whose prefix may continue on
+ * another host: what the pool lacks is asked of this host's kvpool-peer, which fetches it
+ * from a peer's kvpoold, verifies and registers it here. Any failure of the peer path is
+ * a shorter prefix, never an error; the call returns within about deadline_ms. */
+typedef struct kvpool_peer_fetch_options {
+  uint32_t deadline_ms; /* the whole fetch (0: 500) */
+  const char* holder;   /* "host:port" of the holder's kvpool-peer, or NULL/"" (look it up) */
+} kvpool_peer_fetch_options;
+KVPOOL_API kvpool_error_code kvpool_pool_match_peers(kvpool_pool* pool, const uint64_t* hashes,
+                                                     size_t count,
+                                                     const kvpool_peer_fetch_options* options,
+                                                     kvpool_immutable_batch** out);
+
 /* ---- Pool: completion-based async forms ------------------------------------------------
  * The request is sent before the function returns; the callback runs exactly once, on the
  * client's completion thread (one per client, started on first use), when kvpoold has
@@ -285,6 +298,14 @@ KVPOOL_API kvpool_error_code kvpool_pool_register_batch_async(kvpool_pool* pool,
 KVPOOL_API kvpool_error_code kvpool_pool_match_async(kvpool_pool* pool, const uint64_t* hashes,
                                                      size_t count, kvpool_immutable_done done,
                                                      void* user_data);
+
+/* Since ABI 1.2: kvpool_pool_match_peers, completed on the client's completion thread;
+ * hashes and options are copied before it returns. */
+KVPOOL_API kvpool_error_code kvpool_pool_match_peers_async(kvpool_pool* pool,
+                                                           const uint64_t* hashes, size_t count,
+                                                           const kvpool_peer_fetch_options* options,
+                                                           kvpool_immutable_done done,
+                                                           void* user_data);
 
 /* ---- Mutable blocks ------------------------------------------------------------------ */
 

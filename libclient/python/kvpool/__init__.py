@@ -89,9 +89,10 @@ def _register_blocks_async(self, blocks, send_tokens=False):
     return _collect(self._register_blocks_send(blocks, send_tokens))
 
 
-def _match_sequence_hashes_async(self, hashes):
-    """Sends a match now; await the longest known prefix as ImmutableBlocks."""
-    return _collect(self._match_sequence_hashes_send(hashes))
+def _match_sequence_hashes_async(self, hashes, peers=False, deadline_ms=500, holder=""):
+    """Sends a match now; await the longest known prefix as ImmutableBlocks (peers=True:
+    continued from another host, as match_sequence_hashes)."""
+    return _collect(self._match_sequence_hashes_send(hashes, peers, deadline_ms, holder))
 
 
 Pool.allocate_blocks_async = _allocate_blocks_async

@@ -120,10 +120,21 @@ class PoolObject {
                              }),
                              meta_);
   }
-  PendingImmutables match_send(py::handle hashes) {
+  PendingImmutables match_send(py::handle hashes, bool peers, uint32_t deadline_ms,
+                               const std::string& holder) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
-    return PendingImmutables(without_gil([&] { return pool_.match_sequence_hashes_async(h); }),
+    return PendingImmutables(without_gil([&] {
+                               return peers ? pool_.match_sequence_hashes_async(
+                                                  h, peer_options(deadline_ms, holder))
+                                            : pool_.match_sequence_hashes_async(h);
+                             }),
                              meta_);
+  }
+  static PeerFetchOptions peer_options(uint32_t deadline_ms, const std::string& holder) {
+    PeerFetchOptions o;
+    o.deadline = std::chrono::milliseconds(deadline_ms);
+    o.holder = holder;
+    return o;
   }
 
   // Takes the handles out of MutableBlock objects for register (which consumes them).
@@ -148,9 +159,13 @@ class PoolObject {
     return handles;
   }
 
-  ImmutableBlocksObject match_sequence_hashes(py::handle hashes) {
+  ImmutableBlocksObject match_sequence_hashes(py::handle hashes, bool peers, uint32_t deadline_ms,
+                                              const std::string& holder) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
-    auto r = without_gil([&] { return pool_.match_sequence_hashes(h); });
+    auto r = without_gil([&] {
+      return peers ? pool_.match_sequence_hashes(h, peer_options(deadline_ms, holder))
+                   : pool_.match_sequence_hashes(h);
+    });
     return ImmutableBlocksObject(check(std::move(r)), meta_);
   }
 
@@ -265,7 +280,8 @@ PYBIND11_MODULE(_kvpool, m) {
       .def("_allocate_blocks_send", &PoolObject::allocate_send, py::arg("count"))
       .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"),
            py::arg("send_tokens") = false)
-      .def("_match_sequence_hashes_send", &PoolObject::match_send, py::arg("hashes"))
+      .def("_match_sequence_hashes_send", &PoolObject::match_send, py::arg("hashes"),
+           py::arg("peers") = false, py::arg("deadline_ms") = 500, py::arg("holder") = "")
       .def_property_readonly(
           "dtype",
           [](const PoolObject& p) -> py::object {
@@ -284,8 +300,12 @@ PYBIND11_MODULE(_kvpool, m) {
            "one it was deduplicated onto). send_tokens=True sends each block's token ids too,\n"
            "so that KV events carry them (kvpool-events --format vllm: BlockStored.token_ids).")
       .def("match_sequence_hashes", &PoolObject::match_sequence_hashes, py::arg("hashes"),
+           py::arg("peers") = false, py::arg("deadline_ms") = 500, py::arg("holder") = "",
            "The longest prefix of `hashes` (ints, or a NumPy uint64 array) the pool holds, as\n"
-           "ImmutableBlocks.")
+           "ImmutableBlocks. peers=True: what the pool lacks is fetched from another host's\n"
+           "kvpoold through this host's kvpool-peer (docs/peers.md) within deadline_ms; holder\n"
+           "'host:port' names the holder's kvpool-peer (else it is looked up). A failure of the\n"
+           "peer path is a shorter prefix, never an error.")
       .def("hash_tokens", &pool_hash_tokens, py::arg("tokens"), py::arg("salt") = 0,
            "(block_hashes, sequence_hashes) of the full blocks of `tokens` as this pool hashes\n"
            "them (its page size and hash scheme): the hashes MutableBlock.commit gives blocks\n"

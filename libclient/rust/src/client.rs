@@ -181,7 +181,31 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-fn cstring(s: &str, what: &str) -> Result<CString> {
+/// Where a match may continue on another host (C++ `PeerFetchOptions`).
+#[derive(Clone, Debug)]
+pub struct PeerFetchOptions {
+    /// The whole fetch; the call returns within about this long.
+    pub deadline: Duration,
+    /// "host:port" of the holder's kvpool-peer, or "" to look it up.
+    pub holder: String,
+}
+
+impl Default for PeerFetchOptions {
+    fn default() -> Self {
+        PeerFetchOptions { deadline: Duration::from_millis(500), holder: String::new() }
+    }
+}
+
+impl PeerFetchOptions {
+    pub(crate) fn raw(&self, holder: &CString) -> ffi::kvpool_peer_fetch_options {
+        ffi::kvpool_peer_fetch_options {
+            deadline_ms: self.deadline.as_millis().clamp(1, 60_000) as u32,
+            holder: holder.as_ptr(),
+        }
+    }
+}
+
+pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| {
         Error::new(
             ErrorCode::InvalidArgument,
@@ -375,6 +399,33 @@ impl Pool {
         let mut out = ptr::null_mut();
         check(unsafe { ffi::kvpool_pool_match(self.inner.ptr, hashes.as_ptr(), hashes.len(), &mut out) })?;
         unsafe { immutables_from_batch(out, &self.meta) }
+    }
+
+    /// The longest prefix of `hashes` here and then on another host (the peer tier,
+    /// docs/peers.md): what this pool lacks is fetched by this host's kvpool-peer within
+    /// `peers.deadline` and registered here. A failure of the peer path is a shorter
+    /// prefix, never an error.
+    pub fn match_sequence_hashes_with_peers(
+        &self,
+        hashes: &[u64],
+        peers: &PeerFetchOptions,
+    ) -> Result<Vec<ImmutableBlock>> {
+        let holder = cstring(&peers.holder, "holder")?;
+        let o = peers.raw(&holder);
+        let mut out = ptr::null_mut();
+        check(unsafe {
+            ffi::kvpool_pool_match_peers(self.inner.ptr, hashes.as_ptr(), hashes.len(), &o, &mut out)
+        })?;
+        unsafe { immutables_from_batch(out, &self.meta) }
+    }
+
+    /// [`Pool::match_sequence_hashes_with_peers`], sent now; completes when the fetch ends.
+    pub fn match_sequence_hashes_with_peers_async(
+        &self,
+        hashes: &[u64],
+        peers: &PeerFetchOptions,
+    ) -> MatchFuture {
+        MatchFuture::start_with_peers(self, hashes, peers)
     }
 
     /// Dynamo's name for [`Pool::allocate_blocks`].

@@ -107,6 +107,13 @@ pub type kvpool_mutable_done = extern "C" fn(
     message: *const c_char,
     result: *mut kvpool_mutable_batch,
 );
+/// Since ABI 1.2 (kvpool.h): the peer tier's match options.
+#[repr(C)]
+pub struct kvpool_peer_fetch_options {
+    pub deadline_ms: u32,
+    pub holder: *const c_char,
+}
+
 pub type kvpool_immutable_done = extern "C" fn(
     user_data: *mut c_void,
     code: kvpool_error_code,
@@ -172,6 +179,21 @@ extern "C" {
         hashes: *const u64,
         count: usize,
         out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match_peers(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        options: *const kvpool_peer_fetch_options,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match_peers_async(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        options: *const kvpool_peer_fetch_options,
+        done: kvpool_immutable_done,
+        user_data: *mut c_void,
     ) -> kvpool_error_code;
     pub fn kvpool_pool_allocate_async(
         pool: *mut kvpool_pool,

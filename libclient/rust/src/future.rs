@@ -141,6 +141,34 @@ impl MatchFuture {
         }
         MatchFuture { shared }
     }
+
+    pub(crate) fn start_with_peers(pool: &Pool, hashes: &[u64], peers: &crate::PeerFetchOptions) -> Self {
+        let shared = Shared::new(&pool.meta);
+        let holder = match crate::client::cstring(&peers.holder, "holder") {
+            Ok(h) => h,
+            Err(e) => {
+                shared.complete(Err(e));
+                return MatchFuture { shared };
+            }
+        };
+        let o = peers.raw(&holder);
+        let user = Arc::into_raw(shared.clone()) as *mut c_void;
+        let rc = unsafe {
+            ffi::kvpool_pool_match_peers_async(
+                pool.inner.ptr,
+                hashes.as_ptr(),
+                hashes.len(),
+                &o,
+                on_matched,
+                user,
+            )
+        };
+        if rc != ffi::KVPOOL_OK {
+            drop(unsafe { Arc::from_raw(user as *const Shared<ImmutableBlock>) });
+            shared.complete(Err(Error::last(rc)));
+        }
+        MatchFuture { shared }
+    }
 }
 
 impl Future for MatchFuture {

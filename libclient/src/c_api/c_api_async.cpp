@@ -72,4 +72,20 @@ kvpool_error_code kvpool_pool_match_async(kvpool_pool* pool, const uint64_t* has
   });
 }
 
+kvpool_error_code kvpool_pool_match_peers_async(kvpool_pool* pool, const uint64_t* hashes,
+                                                size_t count,
+                                                const kvpool_peer_fetch_options* options,
+                                                kvpool_immutable_done done, void* user_data) {
+  if (!pool || !done || (!hashes && count > 0))
+    return null_argument("kvpool_pool_match_peers_async: pool, hashes and done must not be NULL");
+  return guarded([&] {
+    complete_later<kvpool_immutable_batch>(
+        *pool->shared,
+        pool->pool.match_sequence_hashes_async(std::span<const SequenceHash>(hashes, count),
+                                               peer_options(options)),
+        done, user_data);
+    return KVPOOL_OK;
+  });
+}
+
 }  // extern "C"

@@ -153,6 +153,20 @@ kvpool_error_code kvpool_pool_match(kvpool_pool* pool, const uint64_t* hashes, s
   });
 }
 
+kvpool_error_code kvpool_pool_match_peers(kvpool_pool* pool, const uint64_t* hashes, size_t count,
+                                          const kvpool_peer_fetch_options* options,
+                                          kvpool_immutable_batch** out) {
+  if (!pool || !out || (!hashes && count > 0))
+    return null_argument("kvpool_pool_match_peers: pool, hashes and out must not be NULL");
+  return guarded([&] {
+    auto r = pool->pool.match_sequence_hashes(std::span<const SequenceHash>(hashes, count),
+                                              peer_options(options));
+    if (!r) return fail(r.status());
+    *out = new kvpool_immutable_batch{std::move(r.value())};
+    return KVPOOL_OK;
+  });
+}
+
 // ---- Mutable batches and blocks ----------------------------------------------------------
 
 size_t kvpool_mutable_batch_size(const kvpool_mutable_batch* batch) {

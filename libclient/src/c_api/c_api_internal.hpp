@@ -96,4 +96,13 @@ inline const kvpool_immutable_block* c(const ImmutableBlock* b) {
 inline kvpool_immutable_block* c(ImmutableBlock* b) {
   return reinterpret_cast<kvpool_immutable_block*>(b);
 }
+// kvpool_peer_fetch_options (NULL, 0, NULL: the defaults) as PeerFetchOptions.
+inline PeerFetchOptions peer_options(const kvpool_peer_fetch_options* o) {
+  PeerFetchOptions p;
+  if (o != nullptr) {
+    if (o->deadline_ms != 0) p.deadline = std::chrono::milliseconds(o->deadline_ms);
+    if (o->holder != nullptr) p.holder = o->holder;
+  }
+  return p;
+}
 }  // namespace kvpool::c_api

@@ -129,6 +129,16 @@ Status BlockState::commit() {
   return Status::ok();
 }
 
+Status BlockState::complete_as(SequenceHash sequence_hash, BlockHash block_hash,
+                               std::optional<SequenceHash> parent) {
+  KVPOOL_RETURN_IF_ERROR(require(BlockStateKind::kReset, "complete_as"));
+  parent_ = parent;
+  block_hash_ = block_hash;
+  sequence_hash_ = sequence_hash;
+  kind_ = BlockStateKind::kComplete;
+  return Status::ok();
+}
+
 void BlockState::reset() {
   kind_ = BlockStateKind::kReset;
   salt_ = 0;

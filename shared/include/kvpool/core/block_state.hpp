@@ -48,6 +48,11 @@ class BlockState {
   // Partial -> Complete once exactly page_size tokens are held (else IncompleteBlock);
   // computes the block hash and the sequence hash.
   Status commit();
+  // Reset -> Complete without tokens, for a copy of a block whose hashes were computed
+  // where its tokens are (a peer's kvpoold sent its bytes; kvpool-peer registers them
+  // here). The caller vouches for the hashes: nothing can check them without the tokens.
+  Status complete_as(SequenceHash sequence_hash, BlockHash block_hash,
+                     std::optional<SequenceHash> parent);
   // Any state -> Reset; forgets tokens, salt, parent and hashes.
   void reset();
 

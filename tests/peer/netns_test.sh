@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The peer tier between two real hosts (network namespaces joined by a veth pair, see
+# netns_lib.sh): netns_test.sh SCENARIO BUILD_DIR
+#   fetch      B gets A's bytes (whole prefix, a partial one, one continuing a local prefix,
+#              the async form); nothing stays pinned on A, nothing leaks on B
+#   auth       a peer with another key gets nothing, and A counts the failed handshake
+#   layout     A restarts with another layout: B gets nothing (a layout miss), no error
+#   kill9      A's kvpool-peer is killed -9 mid-transfer
+#   sigstop    A's kvpool-peer is stopped mid-transfer
+#   linkdown   the link goes down mid-transfer
+#   discovery  no holder named: B finds A through NATS (kvpool-events + announcements);
+#              A gone silent is dropped, after which B no longer asks it
+# In the failure scenarios B's call returns within its deadline (+1 s of slack for a loaded
+# machine) with only intact blocks (every byte checked), fewer than asked; afterwards A pins
+# nothing (its pool has no active block) and B holds nothing (no mutable or active block).
+SCENARIO=$1
+BUILD=$(cd "$2" && pwd)
+source "$(dirname "$0")/netns_lib.sh"
+
+pool_count() {  # pool_count HOST FIELD
+  jget status_json "j['pools'][0]['$2']" "$1"
+}
+a_pins_nothing() { [ "$(pool_count A active_blocks)" = 0 ]; }
+b_holds_nothing() { [ "$(pool_count B active_blocks)" = 0 ] && [ "$(pool_count B mutable_blocks)" = 0 ]; }
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+
+# check_failure_result JSON ASKED DEADLINE_MS
+check_failure_result() {
+  local r=$1 asked=$2 deadline=$3
+  [ "$(field "$r" bytes_ok)" = True ] || fail "wrong bytes: $r"
+  [ "$(field "$r" got)" -lt "$asked" ] || fail "all $asked blocks arrived before the failure: $r"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 1000 else 1)" \
+    "$(field "$r" elapsed_ms)" "$deadline" || fail "returned after its deadline: $r"
+}
+
+make_hosts
+start_kvpoold "$NSA" A
+start_kvpoold "$NSB" B
+
+case "$SCENARIO" in
+fetch)
+  start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
+  worker "$NSA" A register --blocks 16 --seed 7 >/dev/null
+  r=$(worker "$NSB" B match --blocks 16 --seed 7 --deadline-ms 5000 --holder "$IPA:$PORT")
+  echo "whole prefix: $r"
+  [ "$(field "$r" got)" = 16 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "fetch: $r"
+  # Registered on B now: a plain local match finds them.
+  r=$(worker "$NSB" B match --blocks 16 --seed 7 --deadline-ms 1 --holder "$IPB:1")
+  [ "$(field "$r" got)" = 16 ] || fail "fetched blocks not registered on B: $r"
+  # A holds 8 of 12: B gets those 8.
+  worker "$NSA" A register --blocks 8 --seed 8 >/dev/null
+  r=$(worker "$NSB" B match --blocks 12 --seed 8 --deadline-ms 5000 --holder "$IPA:$PORT" --async)
+  echo "partial (async): $r"
+  [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "partial: $r"
+  # B has the first 4 of seed 9, A all 10: 4 local + 6 fetched, one prefix.
+  worker "$NSB" B register --blocks 4 --seed 9 >/dev/null
+  worker "$NSA" A register --blocks 10 --seed 9 >/dev/null
+  r=$(worker "$NSB" B match --blocks 10 --seed 9 --deadline-ms 5000 --holder "$IPA:$PORT")
+  echo "continued prefix: $r"
+  [ "$(field "$r" got)" = 10 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "continued: $r"
+  [ "$(jget peers_json "j['peers']['A']['blocks_fetched']" B)" = 30 ] || fail "B's metrics"
+  [ "$(jget peers_json "j['peers']['B']['blocks_served']" A)" = 30 ] || fail "A's metrics"
+  "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
+  ;;
+auth)
+  start_peer "$NSA" A "$IPA"
+  head -c 32 /dev/urandom | base64 > "$WORK/other.key"; chmod 600 "$WORK/other.key"
+  PEER_KEY=$WORK/other.key start_peer "$NSB" B "$IPB"
+  worker "$NSA" A register --blocks 4 --seed 7 >/dev/null
+  r=$(worker "$NSB" B match --blocks 4 --seed 7 --deadline-ms 3000 --holder "$IPA:$PORT")
+  echo "wrong key: $r"
+  [ "$(field "$r" got)" = 0 ] || fail "a peer with another key got blocks: $r"
+  wait_for 5 test "$(jget peers_json "sum(p['auth_failures'] for p in j['peers'].values())" B)" -ge 1 \
+    || fail "B did not count the holder's failed proof"
+  ;;
+layout)
+  start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
+  worker "$NSA" A register --blocks 4 --seed 7 >/dev/null
+  r=$(worker "$NSB" B match --blocks 4 --seed 7 --deadline-ms 5000 --holder "$IPA:$PORT")
+  [ "$(field "$r" got)" = 4 ] || fail "first fetch: $r"
+  # A restarts (new epoch) with another layout and registers the next prompt there.
+  kill -9 "$PEER_A" "$KVPOOLD_A"; wait "$PEER_A" "$KVPOOLD_A" 2>/dev/null || true
+  start_kvpoold "$NSA" A 512
+  start_peer "$NSA" A "$IPA"
+  worker "$NSA" A register --blocks 4 --seed 11 >/dev/null
+  r=$(worker "$NSB" B match --blocks 4 --seed 11 --deadline-ms 3000 --holder "$IPA:$PORT")
+  echo "after A's restart with another layout: $r"
+  [ "$(field "$r" got)" = 0 ] || fail "blocks of another layout arrived: $r"
+  wait_for 5 test "$(jget peers_json "j['peers']['A']['failures']['layout']" B)" -ge 1 \
+    || fail "B did not count a layout miss"
+  ;;
+kill9|sigstop|linkdown)
+  # Slow link (tbf, 100 Mbit/s) and 512 KiB blocks: 64 blocks take ~3 s, so the fault lands
+  # mid-transfer.
+  ip netns exec "$NSA" tc qdisc add dev "$VA" root tbf rate 100mbit burst 64kb latency 2s
+  start_peer "$NSA" A "$IPA" --max-deadline-ms 60000; start_peer "$NSB" B "$IPB"
+  worker "$NSA" A register --blocks 64 --seed 5 >/dev/null
+  DEADLINE=2500
+  worker "$NSB" B match --blocks 64 --seed 5 --deadline-ms $DEADLINE --holder "$IPA:$PORT" \
+    > "$WORK/result.json" &
+  W=$!; PIDS+=($W)
+  wait_for 10 test "$(jget peers_json "j['serves_in_flight']" A)" -ge 1 || fail "no transfer began"
+  case "$SCENARIO" in
+    kill9) kill -9 "$PEER_A" ;;
+    sigstop) kill -STOP "$PEER_A" ;;
+    linkdown) ip -n "$NSA" link set "$VA" down ;;
+  esac
+  wait "$W" || fail "worker failed: $(cat "$WORK/result.json")"
+  r=$(cat "$WORK/result.json")
+  echo "$SCENARIO mid-transfer: $r"
+  check_failure_result "$r" 64 $DEADLINE
+  case "$SCENARIO" in
+    sigstop) kill -CONT "$PEER_A" ;;
+    linkdown) ip -n "$NSA" link set "$VA" up ;;
+  esac
+  # Nothing stays pinned on A: the holder's pins end with the transfer (deadline, or
+  # kvpoold reclaiming a dead kvpool-peer's references).
+  wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
+  if [ "$SCENARIO" != kill9 ]; then
+    [ "$(jget peers_json "j['blocks_pinned_for_peers']" A)" = 0 ] || fail "A's kvpool-peer pins"
+  fi
+  wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
+  wait_for 15 test "$(jget peers_json "j['fetches_in_flight']" B)" = 0 || fail "B's fetch never ended"
+  "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
+  ;;
+discovery)
+  command -v nats-server >/dev/null || { echo "SKIP: no nats-server"; exit 77; }
+  ip netns exec "$NSA" nats-server -a "$IPA" -p 4222 > "$WORK/nats.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 10 grep -q "Server is ready" "$WORK/nats.log" || fail "nats-server did not start"
+  NATS=nats://$IPA:4222
+  for h in A B; do
+    ns=$NSA; [ $h = B ] && ns=$NSB
+    wid=1; [ $h = B ] && wid=2
+    ip netns exec "$ns" "$BUILD/tools/kvpool-events/kvpool-events" --runtime-dir "$WORK/$h" \
+      --nats-url "$NATS" --worker-id $wid --namespace t --component kv > "$WORK/events-$h.log" 2>&1 &
+    PIDS+=($!)
+  done
+  start_peer "$NSA" A "$IPA" --nats "$NATS" --worker-id 1 --namespace t --component kv \
+    --announce-ms 200 --peer-timeout-ms 1500
+  start_peer "$NSB" B "$IPB" --nats "$NATS" --worker-id 2 --namespace t --component kv \
+    --announce-ms 200 --peer-timeout-ms 1500
+  worker "$NSA" A register --blocks 8 --seed 3 >/dev/null
+  worker "$NSA" A register --blocks 8 --seed 4 >/dev/null
+  wait_for 15 test "$(jget peers_json "j['directory']['indexed_hashes']" B)" -ge 16 \
+    || fail "B never learnt what A holds: $(peers_json B)"
+  r=$(worker "$NSB" B match --blocks 8 --seed 3 --deadline-ms 5000)
+  echo "found through NATS: $r"
+  [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "discovery: $r"
+  # A's kvpool-peer stops announcing: B drops it, and with it what A held.
+  kill -STOP "$PEER_A"
+  wait_for 15 test "$(jget peers_json "len(j['directory']['peers'])" B)" = 0 \
+    || fail "a silent peer was not dropped"
+  r=$(worker "$NSB" B match --blocks 8 --seed 4 --deadline-ms 3000)
+  echo "after A went silent: $r"
+  [ "$(field "$r" got)" = 0 ] || fail "B asked a dropped peer: $r"
+  [ "$(jget peers_json "j['peers']['(none)']['failures']['no_holder']" B)" -ge 1 ] || fail "no_holder"
+  kill -CONT "$PEER_A"
+  ;;
+*) echo "unknown scenario $SCENARIO"; exit 2 ;;
+esac
+echo "PASS: $SCENARIO"
