@@ -41,7 +41,8 @@ uint32_t ask_peer(const detail::ClientImpl& c, const std::string& pool,
   peer::LocalRequestHeader h{};
   h.magic = peer::kLocalRequestMagic;
   h.version = peer::kLocalVersion;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.deadline).count();
+  // What is left of the caller's deadline after the local match.
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   h.deadline_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 60000));
   h.count = n;
   peer::copy_name(h.pool, pool);

@@ -15,6 +15,8 @@
 # nothing (its pool has no active block) and B holds nothing (no mutable or active block).
 SCENARIO=$1
 BUILD=$(cd "$2" && pwd)
+# 512 KiB blocks where a fault must land mid-transfer.
+case "$SCENARIO" in kill9|sigstop|linkdown) INNER=4096 ;; esac
 source "$(dirname "$0")/netns_lib.sh"
 
 pool_count() {  # pool_count HOST FIELD
@@ -99,7 +101,9 @@ kill9|sigstop|linkdown)
   worker "$NSB" B match --blocks 64 --seed 5 --deadline-ms $DEADLINE --holder "$IPA:$PORT" \
     > "$WORK/result.json" &
   W=$!; PIDS+=($W)
-  wait_for 10 test "$(jget peers_json "j['serves_in_flight']" A)" -ge 1 || fail "no transfer began"
+  # The transfer has begun once A's kvpoold shows the holder's pins (its control segment,
+  # read without asking the busy kvpool-peer).
+  wait_for 10 test "$(pool_count A active_blocks)" -ge 1 || fail "no transfer began"
   case "$SCENARIO" in
     kill9) kill -9 "$PEER_A" ;;
     sigstop) kill -STOP "$PEER_A" ;;

@@ -138,8 +138,8 @@ void Service::close_conn(Conn& c, const std::string& why) {
   for (uint64_t id : mine)
     if (Fetch* f = fetch_of(id)) {
       metrics_.failed(f->peer, FetchFailure::kTransport);
-      f->conn_id = 0;
-      if (f->receiving == 0) finish_fetch(*f);
+      f->conn_id = 0;  // lost: it ends once its receives have (maybe_finish)
+      maybe_finish(*f);
     }
 }
 

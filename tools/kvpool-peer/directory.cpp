@@ -159,6 +159,7 @@ Result<std::unique_ptr<Discovery>> Discovery::start(const PeerOptions& o, Direct
   d->directory_ = &directory;
   d->period_ms_ = o.announce_ms;
   d->announce_subject_ = peers_subject(o.nats_namespace, o.nats_component);
+  d->fetched_subject_ = d->announce_subject_ + ".fetched";
   nlohmann::json a = {{"worker_id", o.worker_id},
                       {"name", o.name},
                       {"address", o.advertise.empty() ? o.listen : o.advertise},
@@ -183,6 +184,10 @@ Discovery::~Discovery() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void Discovery::publish_fetched(const std::string& json) {
+  (void)link_->publish(fetched_subject_, json);
 }
 
 void Discovery::announce_loop() {

@@ -80,12 +80,15 @@ class Discovery {
                                                   uint64_t epoch,
                                                   std::map<std::string, uint64_t> pools);
   ~Discovery();
+  // An event for blocks that arrived from a peer, on <peers subject>.fetched.
+  void publish_fetched(const std::string& json);
 
  private:
   Discovery() = default;
   void announce_loop();
   std::unique_ptr<events::NatsLink> link_;
   std::string announce_subject_;
+  std::string fetched_subject_;
   std::string announcement_;
   Directory* directory_ = nullptr;
   uint32_t period_ms_ = 1000;

@@ -10,6 +10,10 @@
 #include "service_state.hpp"
 
 namespace kvpool::peer {
+namespace {
+// BlockHeader::reserved of a block whose bytes failed their checksum here.
+constexpr uint64_t kChecksumFailed = 1;
+}  // namespace
 
 Service::Fetch* Service::fetch_of(uint64_t id) {
   auto it = fetches_.find(id);
@@ -42,7 +46,9 @@ void Service::start_fetch(Waiter& w, const LocalRequestHeader& h, std::vector<ui
   f->pool = static_cast<uint32_t>(lp - pools_.begin());
   f->hashes = std::move(hashes);
   f->start_ns = mono_ns();
-  f->deadline_ns = f->start_ns + uint64_t{h.deadline_ms} * 1'000'000ull;
+  // The worker's deadline, less a margin for registering what arrived and answering.
+  const uint64_t deadline_ns = uint64_t{h.deadline_ms} * 1'000'000ull;
+  f->deadline_ns = f->start_ns + deadline_ns - std::min<uint64_t>(deadline_ns / 10, 100'000'000ull);
   f->epoch = known_epoch;
   f->peer = holder;
   f->meta.resize(f->hashes.size());
@@ -143,7 +149,7 @@ void Service::on_block(uint64_t conn_id, const BlockHeader& h, void* data, size_
   f->meta[h.index].has_parent = has_parent;
   if (!rndv) {
     std::memcpy(dst, data, len);
-    f->state[h.index] = Fetch::kReceived;
+    f->state[h.index] = verify(*f, h.index) ? Fetch::kReceived : Fetch::kFailed;
     Event e;
   e.kind = Event::kBlockReceived;
     e.id = f->id;
@@ -163,7 +169,8 @@ void Service::on_block(uint64_t conn_id, const BlockHeader& h, void* data, size_
     return;
   }
   delete op;
-  f->state[h.index] = UCS_PTR_STATUS(r) == UCS_OK ? Fetch::kReceived : Fetch::kFailed;
+  f->state[h.index] =
+      UCS_PTR_STATUS(r) == UCS_OK && verify(*f, h.index) ? Fetch::kReceived : Fetch::kFailed;
   maybe_finish(*f);
 }
 
@@ -173,9 +180,24 @@ void Service::on_block_received(uint64_t fetch_id, uint32_t index, ucs_status_t 
   if (index != UINT32_MAX) {
     --f->receiving;
     if (index < f->state.size())
-      f->state[index] = st == UCS_OK ? Fetch::kReceived : Fetch::kFailed;
+      f->state[index] = st == UCS_OK && !f->answered && verify(*f, index) ? Fetch::kReceived
+                                                                         : Fetch::kFailed;
   }
   maybe_finish(*f);
+}
+
+// Checks block i's bytes, now in our block, against the holder's checksum (as each block
+// lands, so that the answer at the end only registers).
+bool Service::verify(Fetch& f, uint32_t i) {
+  const LocalPool& lp = pools_[f.pool];
+  MutableBlock& b = f.blocks[i];
+  auto a = b.address(0, 0);
+  if (!a) return false;
+  const std::byte* base = *a - lp.layout->offset_unchecked(b.block_id(), 0, 0);
+  if (block_checksum(base, *lp.layout, b.block_id()) == f.meta[i].checksum) return true;
+  f.meta[i].reserved = kChecksumFailed;
+  metrics_.failed(f.peer, FetchFailure::kChecksum);
+  return false;
 }
 
 void Service::maybe_finish(Fetch& f) {
@@ -183,7 +205,10 @@ void Service::maybe_finish(Fetch& f) {
     if (f.receiving == 0) fetches_.erase(f.id);  // drained: the rest of its blocks go back
     return;
   }
-  if (f.expected < 0 || f.receiving > 0) return;
+  if (f.receiving > 0) return;
+  // Its endpoint is gone (closed, failed): nothing more will arrive.
+  if (f.conn_id == 0) return finish_fetch(f);
+  if (f.expected < 0) return;
   for (int64_t i = 0; i < f.expected; ++i)
     if (f.state[i] == Fetch::kPending) return;
   finish_fetch(f);
@@ -198,8 +223,12 @@ void Service::finish_fetch(Fetch& f) {
   const uint64_t limit = f.expected < 0 ? 0 : static_cast<uint64_t>(f.expected);
   for (; intact < limit; ++intact) {
     const BlockHeader& m = f.meta[intact];
+    if (f.state[intact] == Fetch::kFailed && f.meta[intact].reserved == kChecksumFailed) {
+      why = "block " + std::to_string(intact) + " arrived with other bytes (checksum)";
+      break;
+    }
     if (f.state[intact] != Fetch::kReceived) {
-      why = "block " + std::to_string(intact) + " did not arrive in time";
+      why = "block " + std::to_string(intact) + " did not arrive intact in time";
       break;
     }
     if (m.sequence_hash != f.hashes[intact] || m.epoch != f.epoch) {
@@ -207,14 +236,6 @@ void Service::finish_fetch(Fetch& f) {
       break;
     }
     MutableBlock& b = f.blocks[intact];
-    auto a = b.address(0, 0);
-    if (!a) break;
-    const std::byte* base = *a - lp.layout->offset_unchecked(b.block_id(), 0, 0);
-    if (block_checksum(base, *lp.layout, b.block_id()) != m.checksum) {
-      metrics_.failed(f.peer, FetchFailure::kChecksum);
-      why = "block " + std::to_string(intact) + " arrived with other bytes (checksum)";
-      break;
-    }
     const std::optional<uint64_t> parent =
         intact > 0 ? std::optional<uint64_t>(f.hashes[intact - 1])
                    : (m.has_parent ? std::optional<uint64_t>(m.parent_hash) : std::nullopt);
@@ -230,9 +251,7 @@ void Service::finish_fetch(Fetch& f) {
   if (intact > 0) {
     std::vector<MutableBlock> ready;
     for (uint32_t i = 0; i < intact; ++i) ready.push_back(std::move(f.blocks[i]));
-    RegisterOptions ro;
-    ro.checksum = true;  // it was computed anyway; kvpoold can check these bytes later
-    auto imm = lp.pool->register_blocks(std::move(ready), ro);
+    auto imm = lp.pool->register_blocks(std::move(ready));
     if (imm) {
       registered = intact;
       auto w = waiters_.find(f.waiter_fd);
@@ -247,6 +266,19 @@ void Service::finish_fetch(Fetch& f) {
       fig.latency_ns_max = std::max(fig.latency_ns_max, took);
       spdlog::debug("fetched {} block(s) of pool '{}' from {} in {} us", intact, lp.name, f.peer,
                     took / 1000);
+      if (fetched_hook_) {
+        nlohmann::json ev = {{"peer_event", "fetched"},
+                             {"host", options_.name},
+                             {"worker_id", options_.worker_id},
+                             {"from", f.peer},
+                             {"from_epoch", f.epoch},
+                             {"pool", lp.name},
+                             {"sequence_hashes", std::vector<uint64_t>(f.hashes.begin(),
+                                                                       f.hashes.begin() + intact)},
+                             {"bytes", intact * lp.layout->block_bytes()},
+                             {"latency_us", took / 1000}};
+        fetched_hook_(ev.dump());
+      }
     } else {
       metrics_.failed(f.peer, FetchFailure::kLocal);
       why = "registering here failed: " + imm.status().message();

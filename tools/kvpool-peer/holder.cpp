@@ -9,6 +9,14 @@
 #include "service_state.hpp"
 
 namespace kvpool::peer {
+namespace {
+// Bytes of one transfer in flight at once (at least 2 blocks, at most 32): enough to keep a
+// link busy, few enough that blocks complete in order, a few at a time.
+constexpr uint64_t kSendWindowBytes = 4ull << 20;
+uint32_t send_window(uint64_t block_bytes) {
+  return static_cast<uint32_t>(std::clamp<uint64_t>(kSendWindowBytes / block_bytes, 2, 32));
+}
+}  // namespace
 
 void Service::reply_fetch(Conn& c, uint64_t id, ErrorCode code, const std::string& why,
                           uint32_t count, uint64_t block_bytes) {
@@ -42,38 +50,52 @@ void Service::on_fetch(Conn& c, const FetchRequest& rq, const uint64_t* hashes) 
   // The pins: one match reference per block, this transfer's only.
   auto pins = lp->pool->match_sequence_hashes({hashes, rq.count});
   if (!pins) return reply_fetch(c, rq.id, pins.status().code(), pins.status().message());
-  const uint64_t block_bytes = lp->layout->block_bytes();
   auto serve = std::make_unique<Serve>();
   serve->id = next_id_++;
   serve->conn_id = c.id;
   serve->peer = c.key();
   serve->deadline_ns = mono_ns() + uint64_t{deadline_ms} * 1'000'000ull;
   serve->pins = std::move(*pins);
-  serve->bytes = block_bytes;
+  serve->bytes = lp->layout->block_bytes();
   const auto n = static_cast<uint32_t>(serve->pins.size());
   serve->headers.resize(n);
-  reply_fetch(c, rq.id, ErrorCode::kOk, "", n, block_bytes);
-  PeerFigures& fig = metrics_.of(c.key());
-  ++fig.serves;
+  reply_fetch(c, rq.id, ErrorCode::kOk, "", n, serve->bytes);
+  ++metrics_.of(c.key()).serves;
+  serve->pool = static_cast<uint32_t>(lp - pools_.begin());
+  serve->request_id = rq.id;
   Serve& s = *serve;
   serves_[s.id] = std::move(serve);
-  for (uint32_t i = 0; i < n && c.state == Conn::State::kReady; ++i) {
+  send_blocks(s);
+  if (s.sending == 0) serve_done(s.id);
+}
+
+// Keeps a window of blocks in flight, in order: the fetcher gets a growing intact
+// prefix instead of every block finishing at once at the end (which a deadline would
+// turn into nothing at all).
+void Service::send_blocks(Serve& s) {
+  auto c = conns_.find(s.conn_id);
+  const LocalPool& lp = pools_[s.pool];
+  const uint64_t block_bytes = lp.layout->block_bytes();
+  const auto n = static_cast<uint32_t>(s.pins.size());
+  while (s.sending < send_window(block_bytes) && s.next < n) {
+    if (c == conns_.end() || c->second->state != Conn::State::kReady || s.cut) {
+      s.next = n;  // nobody to send to any more
+      break;
+    }
+    const uint32_t i = s.next++;
     const ImmutableBlock& b = s.pins[i];
     auto addr = b.address(0, 0);
-    if (!addr) break;  // the local daemon went away; the fetcher's deadline covers it
-    const std::byte* base = *addr - lp->layout->offset_unchecked(b.block_id(), 0, 0);
+    if (!addr) {  // the local daemon went away; the fetcher's deadline covers it
+      s.next = n;
+      break;
+    }
+    const std::byte* base = *addr - lp.layout->offset_unchecked(b.block_id(), 0, 0);
     BlockHeader& h = s.headers[i];
-    h.id = rq.id;
+    h.id = s.request_id;
     h.epoch = epoch_;
     h.index = i;
     h.sequence_hash = b.sequence_hash();
-    h.checksum = block_checksum(base, *lp->layout, b.block_id());
-    // The chain: block i's parent is the hash before it; the first one's, the caller knows
-    // (it asked for a prefix continuing its own), so it is sent as "has a parent" only when
-    // the caller's list starts mid-sequence, which the caller tells by its own match.
-    h.has_parent = i > 0 ? 1 : 0;
-    h.parent_hash = i > 0 ? hashes[i - 1] : 0;
-    h.block_hash = 0;
+    h.checksum = block_checksum(base, *lp.layout, b.block_id());
     auto* op = new OpContext{OpContext::kBlockSend, this, s.id, i, {}};
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -83,17 +105,20 @@ void Service::on_fetch(Conn& c, const FetchRequest& rq, const uint64_t* hashes) 
     p.user_data = op;
     // Straight from the pinned block: UCX reads it (eager copy or rendezvous zero-copy)
     // until the send completes; the pin holds until then.
-    void* r = ucp_am_send_nbx(c.ep, kAmBlock, &h, sizeof(h), *addr, block_bytes, &p);
+    void* r = ucp_am_send_nbx(c->second->ep, kAmBlock, &h, sizeof(h), *addr, block_bytes, &p);
     if (UCS_PTR_IS_PTR(r)) {
       ++s.sending;
-    } else {
-      delete op;
-      if (UCS_PTR_STATUS(r) != UCS_OK) break;
-      ++fig.blocks_served;
-      fig.bytes_served += block_bytes;
+      continue;
     }
+    delete op;
+    if (UCS_PTR_STATUS(r) != UCS_OK) {
+      s.next = n;
+      break;
+    }
+    PeerFigures& fig = metrics_.of(s.peer);
+    ++fig.blocks_served;
+    fig.bytes_served += block_bytes;
   }
-  if (s.sending == 0) serve_done(s.id);
 }
 
 void Service::on_block_sent(uint64_t serve_id, ucs_status_t st) {
@@ -106,6 +131,8 @@ void Service::on_block_sent(uint64_t serve_id, ucs_status_t st) {
     ++fig.blocks_served;
     fig.bytes_served += s.bytes;
   }
+  if (st != UCS_OK) s.next = static_cast<uint32_t>(s.pins.size());  // the endpoint failed
+  send_blocks(s);
   if (s.sending == 0) serve_done(serve_id);
 }
 

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
     }
     discovery = std::move(*d);
     (*service)->set_directory(directory.get());
+    (*service)->set_fetched_hook([d = discovery.get()](const std::string& ev) { d->publish_fetched(ev); });
   }
   g_service = service->get();
   struct sigaction sa {};

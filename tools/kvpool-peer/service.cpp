@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,6 +21,8 @@ constexpr uint64_t kTagStop = 1;
 constexpr uint64_t kTagWorker = 2;
 constexpr uint64_t kTagLocal = 3;
 constexpr uint64_t kTagWaiter = 4;  // | fd << 8
+// ucp_worker_progress calls between two looks at deadlines and our own descriptors.
+constexpr int kProgressBurst = 64;
 
 }  // namespace
 
@@ -192,23 +195,27 @@ Status Service::run() {
                options_.name, epoch_, options_.listen.empty() ? "(nothing)" : options_.listen,
                options_.exports.size(), local_path_);
   while (!stopping_) {
-    while (ucp_worker_progress(worker_) != 0) {
-    }
+    // Bounded: a long transfer keeps UCX busy, and deadlines and the local socket must
+    // still be looked at.
+    int n = 0;
+    while (n < kProgressBurst && ucp_worker_progress(worker_) != 0) ++n;
     handle_events();
     const uint64_t now = mono_ns();
     check_deadlines(now);
     reap_closed();
-    if (!events_.empty()) continue;
-    progress_and_wait(next_timeout_ms(now));
+    if (n == kProgressBurst || !events_.empty()) {
+      wait_fds(0);
+      continue;
+    }
+    // Park on epoll (the UCP worker's fd among ours) once the worker is armed: nothing that
+    // arrives while we sleep is missed (ucp_worker_arm's contract).
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // more to progress first
+    wait_fds(next_timeout_ms(now));
   }
   return Status::ok();
 }
 
-// Parks on epoll (the UCP worker's fd among ours) once the worker is armed: nothing that
-// arrives while we sleep is missed (ucp_worker_arm's contract).
-void Service::progress_and_wait(int timeout_ms) {
-  ucs_status_t st = ucp_worker_arm(worker_);
-  if (st == UCS_ERR_BUSY) return;  // more to progress first
+void Service::wait_fds(int timeout_ms) {
   epoll_event evs[32];
   int n = ::epoll_wait(epoll_fd_.get(), evs, 32, timeout_ms);
   for (int i = 0; i < n; ++i) {

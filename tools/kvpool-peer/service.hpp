@@ -17,6 +17,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,12 @@ class Service {
   Status run();
   void request_stop();
   void set_directory(Directory* d) { directory_ = d; }
+  // Called (on the service's thread) with one JSON event per fetch that brought blocks:
+  // {"peer_event":"fetched","host","from","from_epoch","pool","sequence_hashes","bytes"}.
+  // main.cpp publishes it on NATS (Discovery::publish_fetched).
+  void set_fetched_hook(std::function<void(const std::string&)> hook) {
+    fetched_hook_ = std::move(hook);
+  }
   uint64_t epoch() const { return epoch_; }
   const std::string& name() const { return options_.name; }
   const std::vector<LocalPool>& pools() const { return pools_; }
@@ -80,7 +87,7 @@ class Service {
   Status init();
   Status init_ucx();
   Status init_pools();
-  void progress_and_wait(int timeout_ms);
+  void wait_fds(int timeout_ms);  // epoll: stop, worker, local socket, waiters
   void handle_events();
   void handle_am(Event& e);
   int next_timeout_ms(uint64_t now) const;
@@ -106,6 +113,7 @@ class Service {
   void reply_fetch(Conn& c, uint64_t id, ErrorCode code, const std::string& why, uint32_t count = 0,
                    uint64_t block_bytes = 0);
   void serve_done(uint64_t serve_id);
+  void send_blocks(Serve& s);
   void on_block_sent(uint64_t serve_id, ucs_status_t st);
 
   // ---- fetcher (fetcher.cpp) ----
@@ -114,6 +122,7 @@ class Service {
   void on_fetch_reply(Conn& c, const FetchReply& r);
   void on_block(uint64_t conn_id, const BlockHeader& h, void* data, size_t len, bool rndv);
   void on_block_received(uint64_t fetch_id, uint32_t index, ucs_status_t st);
+  bool verify(Fetch& f, uint32_t index);
   void maybe_finish(Fetch& f);
   void finish_fetch(Fetch& f);
   void fail_fetch(Fetch& f, ErrorCode code, const std::string& why);
@@ -140,6 +149,7 @@ class Service {
   std::optional<Client> client_;
   std::vector<LocalPool> pools_;
   Directory* directory_ = nullptr;
+  std::function<void(const std::string&)> fetched_hook_;
   Metrics metrics_;
 
   ucp_context_h context_ = nullptr;
