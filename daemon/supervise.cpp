@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <cerrno>
-#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

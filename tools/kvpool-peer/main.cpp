@@ -7,7 +7,7 @@
 
 #include "directory.hpp"
 #include "service.hpp"
-#include "service_log.hpp"
+#include "kvpool/service/log.hpp"
 
 namespace {
 kvpool::peer::Service* g_service = nullptr;
