@@ -24,6 +24,10 @@ pool_count() {  # pool_count HOST FIELD
 }
 a_pins_nothing() { [ "$(pool_count A active_blocks)" = 0 ]; }
 b_holds_nothing() { [ "$(pool_count B active_blocks)" = 0 ] && [ "$(pool_count B mutable_blocks)" = 0 ]; }
+# Conditions for wait_for, evaluated on each try.
+pool_at_least() { [ "$(pool_count "$1" "$2")" -ge "$3" ]; }
+peers_at_least() { [ "$(jget peers_json "$2" "$1")" -ge "$3" ]; }
+peers_equal() { [ "$(jget peers_json "$2" "$1")" = "$3" ]; }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 
 # check_failure_result JSON ASKED DEADLINE_MS
@@ -62,6 +66,8 @@ fetch)
   [ "$(field "$r" got)" = 10 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "continued: $r"
   [ "$(jget peers_json "j['peers']['A']['blocks_fetched']" B)" = 30 ] || fail "B's metrics"
   [ "$(jget peers_json "j['peers']['B']['blocks_served']" A)" = 30 ] || fail "A's metrics"
+  wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
+  wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
   ;;
 auth)
@@ -72,7 +78,7 @@ auth)
   r=$(worker "$NSB" B match --blocks 4 --seed 7 --deadline-ms 3000 --holder "$IPA:$PORT")
   echo "wrong key: $r"
   [ "$(field "$r" got)" = 0 ] || fail "a peer with another key got blocks: $r"
-  wait_for 5 test "$(jget peers_json "sum(p['auth_failures'] for p in j['peers'].values())" B)" -ge 1 \
+  wait_for 5 peers_at_least B "sum(p['auth_failures'] for p in j['peers'].values())" 1 \
     || fail "B did not count the holder's failed proof"
   ;;
 layout)
@@ -88,7 +94,7 @@ layout)
   r=$(worker "$NSB" B match --blocks 4 --seed 11 --deadline-ms 3000 --holder "$IPA:$PORT")
   echo "after A's restart with another layout: $r"
   [ "$(field "$r" got)" = 0 ] || fail "blocks of another layout arrived: $r"
-  wait_for 5 test "$(jget peers_json "j['peers']['A']['failures']['layout']" B)" -ge 1 \
+  wait_for 5 peers_at_least B "j['peers']['A']['failures']['layout']" 1 \
     || fail "B did not count a layout miss"
   ;;
 kill9|sigstop|linkdown)
@@ -103,7 +109,7 @@ kill9|sigstop|linkdown)
   W=$!; PIDS+=($W)
   # The transfer has begun once A's kvpoold shows the holder's pins (its control segment,
   # read without asking the busy kvpool-peer).
-  wait_for 10 test "$(pool_count A active_blocks)" -ge 1 || fail "no transfer began"
+  wait_for 10 peers_at_least A "j['serves_in_flight']" 1 || fail "no transfer began"
   case "$SCENARIO" in
     kill9) kill -9 "$PEER_A" ;;
     sigstop) kill -STOP "$PEER_A" ;;
@@ -124,7 +130,7 @@ kill9|sigstop|linkdown)
     [ "$(jget peers_json "j['blocks_pinned_for_peers']" A)" = 0 ] || fail "A's kvpool-peer pins"
   fi
   wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
-  wait_for 15 test "$(jget peers_json "j['fetches_in_flight']" B)" = 0 || fail "B's fetch never ended"
+  wait_for 15 peers_equal B "j['fetches_in_flight']" 0 || fail "B's fetch never ended"
   "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
   ;;
 discovery)
@@ -146,14 +152,14 @@ discovery)
     --announce-ms 200 --peer-timeout-ms 1500
   worker "$NSA" A register --blocks 8 --seed 3 >/dev/null
   worker "$NSA" A register --blocks 8 --seed 4 >/dev/null
-  wait_for 15 test "$(jget peers_json "j['directory']['indexed_hashes']" B)" -ge 16 \
+  wait_for 15 peers_at_least B "j['directory']['indexed_hashes']" 16 \
     || fail "B never learnt what A holds: $(peers_json B)"
   r=$(worker "$NSB" B match --blocks 8 --seed 3 --deadline-ms 5000)
   echo "found through NATS: $r"
   [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "discovery: $r"
   # A's kvpool-peer stops announcing: B drops it, and with it what A held.
   kill -STOP "$PEER_A"
-  wait_for 15 test "$(jget peers_json "len(j['directory']['peers'])" B)" = 0 \
+  wait_for 15 peers_equal B "len(j['directory']['peers'])" 0 \
     || fail "a silent peer was not dropped"
   r=$(worker "$NSB" B match --blocks 8 --seed 4 --deadline-ms 3000)
   echo "after A went silent: $r"
