@@ -363,7 +363,9 @@ TEST(EventRing, ForkedWriterAndReadOnlyReader) {
 
 TEST(EventPublisher, RegisterCallsBecomeOneBatchEvictionsRemovedRecords) {
   HeapRing ring(64);
-  daemon::EventPublisher publisher(ring.writer);
+  // One ring per pool, indexed by pool: the core below is pool 3, so the ring sits at index 3
+  // (every index names the same ring; only pool 3 writes).
+  daemon::EventPublisher publisher(std::vector<EventRingWriter>(4, ring.writer));
   pool::PoolCoreConfig cfg{4, 2, 0};
   auto bytes = pool::PoolCore::arena_bytes(cfg);
   ASSERT_TRUE(bytes.is_ok());

@@ -228,7 +228,7 @@ TEST(EventRingTokens, AConcurrentReaderGetsExactTokensOrNoneNeverOthers) {
 
 TEST(EventRingTokens, ARegisterWithTokensReachesTheRingThroughTheDaemonsPublisher) {
   HeapRing ring(64);
-  daemon::EventPublisher publisher(ring.writer);
+  daemon::EventPublisher publisher(std::vector<EventRingWriter>{ring.writer});  // pool 0's ring
   pool::PoolCoreConfig cfg{4, 2, 0};
   auto bytes = pool::PoolCore::arena_bytes(cfg);
   ASSERT_TRUE(bytes.is_ok());
