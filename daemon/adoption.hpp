@@ -111,7 +111,7 @@ class Adoption {
   uint64_t previous_epoch_ = 0;
   std::string previous_control_name_;
   std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment
-  std::vector<StoredRegistry> registries_;      // of the previous daemon
+  std::vector<StoredRegistry> registries_;     // of the previous daemon
   std::bitset<256> tags_;
   // previous owner -> its process still runs (the last one: the previous keeper, see
   // prepare)

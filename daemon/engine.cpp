@@ -146,8 +146,7 @@ Status Engine::create_control_segment(const std::vector<pool::PoolCoreConfig>& c
   std::vector<std::string> names;
   for (const PoolConfig& pc : config_.pools) names.push_back(pc.name);
   auto ctl = shm::ControlWriter::create(config_.instance, config_.max_clients,
-                                        std::move(placed.value()), names,
-                                        config_.event_ring_slots);
+                                        std::move(placed.value()), names, config_.event_ring_slots);
   if (!ctl) return ctl.status();
   control_ = std::move(ctl.value());
   ctl_ = &control_.header();

@@ -34,7 +34,7 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
   }
   // Without tokens the append is the same as before tokens existed: the area stays untouched.
   writers_[pool].append(scratch_, any_tokens ? std::span<const std::span<const uint32_t>>(tokens_)
-                                      : std::span<const std::span<const uint32_t>>());
+                                             : std::span<const std::span<const uint32_t>>());
 }
 
 void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {

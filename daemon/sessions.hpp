@@ -29,7 +29,7 @@ namespace kvpool::daemon {
 // are made after the sessions (Engine::listen_and_watch), so they are read when used.
 struct SessionLinks {
   const Config& config;
-  shm::ControlWriter& control;  // slot tables, stats, the read-only fds a Welcome carries
+  shm::ControlWriter& control;     // slot tables, stats, the read-only fds a Welcome carries
   std::vector<ServedPool>& pools;  // allow-lists, data fds, and what a gone client held
   const shm::UniqueFd& epoll;      // the engine's epoll set (daemon/epoll_tags.hpp)
   const shm::UniqueFd& listen;     // the listening socket

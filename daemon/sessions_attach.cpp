@@ -30,9 +30,8 @@ namespace {
 bool admits(const std::vector<uid_t>& uids, const std::vector<gid_t>& gids,
             const shm::PeerCred& cred) {
   const bool uid_ok = uids.empty() || std::find(uids.begin(), uids.end(), cred.uid) != uids.end();
-  const bool gid_ok = gids.empty() || std::any_of(gids.begin(), gids.end(), [&](gid_t g) {
-                        return cred.in_group(g);
-                      });
+  const bool gid_ok = gids.empty() || std::any_of(gids.begin(), gids.end(),
+                                                  [&](gid_t g) { return cred.in_group(g); });
   return uid_ok && gid_ok;
 }
 
@@ -232,9 +231,8 @@ std::optional<shm::PeerCred> Sessions::vet_caller(int fd, const proto::Hello& h)
   if (!root_observer && !admits(links_.config.allowed_uids, links_.config.allowed_gids, *cred)) {
     refuse(fd, ErrorCode::kPermissionDenied,
            "uid " + std::to_string(cred->uid) + " / gid " + std::to_string(cred->gid) +
-               supplementary_groups(*cred) +
-               " may not attach to instance '" + links_.config.instance +
-               "' (allowed_uids/allowed_gids)");
+               supplementary_groups(*cred) + " may not attach to instance '" +
+               links_.config.instance + "' (allowed_uids/allowed_gids)");
     return std::nullopt;
   }
   return cred.value();
@@ -248,15 +246,15 @@ Session* Sessions::free_slot_for(int fd, uid_t uid) {
       return s.state != SlotState::kFree && s.uid == uid;
     });
     if (static_cast<uint64_t>(mine) >= cap) {
-      refuse(fd, ErrorCode::kResourceExhausted,
-             "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) + " of the " +
-                 std::to_string(links_.config.max_clients) + " client slots of instance '" +
-                 links_.config.instance + "' (max_clients_per_uid " + std::to_string(cap) +
-                 (links_.config.max_clients_per_uid == 0
-                      ? ", from uid_share_percent " +
-                            std::to_string(links_.config.uid_share_percent)
-                      : std::string()) +
-                 ")");
+      refuse(
+          fd, ErrorCode::kResourceExhausted,
+          "uid " + std::to_string(uid) + " already holds " + std::to_string(mine) + " of the " +
+              std::to_string(links_.config.max_clients) + " client slots of instance '" +
+              links_.config.instance + "' (max_clients_per_uid " + std::to_string(cap) +
+              (links_.config.max_clients_per_uid == 0
+                   ? ", from uid_share_percent " + std::to_string(links_.config.uid_share_percent)
+                   : std::string()) +
+              ")");
       return nullptr;
     }
   }

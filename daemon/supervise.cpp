@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

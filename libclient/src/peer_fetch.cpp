@@ -42,7 +42,8 @@ uint32_t ask_peer(const detail::ClientImpl& c, const std::string& pool,
   h.magic = peer::kLocalRequestMagic;
   h.version = peer::kLocalVersion;
   // What is left of the caller's deadline after the local match.
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   h.deadline_ms = static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, 60000));
   h.count = n;
   peer::copy_name(h.pool, pool);
@@ -54,11 +55,11 @@ uint32_t ask_peer(const detail::ClientImpl& c, const std::string& pool,
   if (!shm::send_message(fd->get(), msg).is_ok()) return 0;
   // kvpool-peer answers by the deadline; a little more for the answer's own way here.
   const auto left = until - Clock::now() + std::chrono::milliseconds(50);
-  const int wait_ms =
-      static_cast<int>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count()));
+  const int wait_ms = static_cast<int>(
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count()));
   peer::LocalAnswer a{};
-  auto got = shm::recv_message(fd->get(), {reinterpret_cast<std::byte*>(&a), sizeof(a)}, nullptr,
-                               wait_ms);
+  auto got =
+      shm::recv_message(fd->get(), {reinterpret_cast<std::byte*>(&a), sizeof(a)}, nullptr, wait_ms);
   if (!got || *got != sizeof(a) || a.magic != peer::kLocalAnswerMagic ||
       a.code != static_cast<uint32_t>(ErrorCode::kOk))
     return 0;
@@ -88,8 +89,8 @@ Result<std::vector<ImmutableBlock>> match_with_peers(Pool pool,
 
 }  // namespace
 
-Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(std::span<const SequenceHash> hashes,
-                                                                const PeerFetchOptions& peers) {
+Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
+    std::span<const SequenceHash> hashes, const PeerFetchOptions& peers) {
   return match_with_peers(*this, client_, hashes, peers);
 }
 

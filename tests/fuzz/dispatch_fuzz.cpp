@@ -210,8 +210,7 @@ void check_answer(Run& r, uint32_t owner, uint32_t type, std::span<const std::by
     pool::BlockRef ref;
     std::memcpy(&ref, answer.data() + sizeof(rh) + i * sizeof(ref), sizeof(ref));
     // kLookup's misses and kRemove's no-ops name no block.
-    if ((op == proto::Opcode::kLookup || op == proto::Opcode::kRemove) &&
-        ref.id == proto::kNoBlock)
+    if ((op == proto::Opcode::kLookup || op == proto::Opcode::kRemove) && ref.id == proto::kNoBlock)
       continue;
     const pool::PoolCore& core = r.cores[rq.pool];
     if (ref.id >= core.num_blocks()) die("answered block id out of range", ref.id);

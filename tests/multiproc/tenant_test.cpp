@@ -82,13 +82,11 @@ std::string tools_as(const DaemonProcess& d, uid_t uid) {
                                     "--regid=" + std::to_string(uid), "--clear-groups"};
   const std::vector<std::string> where{"--instance", d.instance(), "--runtime-dir",
                                        d.runtime_dir()};
-  std::vector<std::vector<std::string>> cmds{{KVPOOLCTL_PATH, "status", "--json"},
-                                             {KVPOOLCTL_PATH, "clients", "--json"},
-                                             {KVPOOLCTL_PATH, "pools", "--json"},
-                                             {KVPOOLCTL_PATH, "events", "--all", "--json"},
-                                             {KVPOOLCTL_PATH, "metrics"},
-                                             {KVPOOLCTL_PATH, "check", "--json"},
-                                             {KVPOOLCTL_PATH, "top", "-n", "1"}};
+  std::vector<std::vector<std::string>> cmds{
+      {KVPOOLCTL_PATH, "status", "--json"}, {KVPOOLCTL_PATH, "clients", "--json"},
+      {KVPOOLCTL_PATH, "pools", "--json"},  {KVPOOLCTL_PATH, "events", "--all", "--json"},
+      {KVPOOLCTL_PATH, "metrics"},          {KVPOOLCTL_PATH, "check", "--json"},
+      {KVPOOLCTL_PATH, "top", "-n", "1"}};
 #ifdef KVPOOL_EXPORTER_PATH
   cmds.push_back({KVPOOL_EXPORTER_PATH, "--once"});
 #endif
@@ -108,7 +106,7 @@ void expect_sees(const std::string& out, const Traces& t, uid_t uid, const std::
                  bool sees, const std::string& who) {
   EXPECT_EQ(has_word(out, pool), sees) << who << " / pool name " << pool << ":\n" << out;
   EXPECT_EQ(has_word(out, std::to_string(t.pid)), sees) << who << " / pid " << t.pid << ":\n"
-                                                         << out;
+                                                        << out;
   EXPECT_EQ(has_word(out, std::to_string(uid)), sees) << who << " / uid " << uid << ":\n" << out;
   for (uint64_t h : t.hashes)
     EXPECT_EQ(has_word(out, std::to_string(h)), sees) << who << " / hash " << h << ":\n" << out;

@@ -250,8 +250,7 @@ std::string scan_mapped(const std::string& args) {
     if (line.find("memfd:") == std::string::npos) continue;
     unsigned long lo = 0, hi = 0;
     char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r')
-      continue;
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
     ++mappings;
     std::string_view mem(reinterpret_cast<const char*>(lo), hi - lo);
     for (size_t k = 0; k < needles.size(); ++k)

@@ -556,7 +556,8 @@ TEST(TrustBoundary, OneUidTakesAtMostItsShareOfTheSlotsByDefault) {
   auto seventh = Client::connect(d.instance(), o);
   ASSERT_FALSE(seventh) << "one uid took a 7th of 8 slots under the default share";
   EXPECT_EQ(seventh.status().code(), ErrorCode::kResourceExhausted);
-  EXPECT_TRUE(contains(seventh.status().message(), "max_clients_per_uid 6, from uid_share_percent 87"))
+  EXPECT_TRUE(
+      contains(seventh.status().message(), "max_clients_per_uid 6, from uid_share_percent 87"))
       << seventh.status().message();
   // Another uid still gets a slot.
   auto other = nobody_holding(d, 1);
@@ -576,7 +577,8 @@ TEST(TrustBoundary, OneUidTakesAtMostItsShareOfAPoolOverAllItsClientsByDefault) 
   auto more = pool_of(b).allocate_blocks(1);
   ASSERT_FALSE(more) << "uid 0 took a 14th block of 16 over two clients";
   EXPECT_EQ(more.status().code(), ErrorCode::kQuotaExceeded);
-  EXPECT_TRUE(contains(more.status().message(), "uid 0 holds 13 of pool 'g''s 16 blocks over 2 client(s)"))
+  EXPECT_TRUE(
+      contains(more.status().message(), "uid 0 holds 13 of pool 'g''s 16 blocks over 2 client(s)"))
       << more.status().message();
   EXPECT_TRUE(contains(more.status().message(), "uid_share_percent 87")) << more.status().message();
   // A third client of the same uid is held to the same share; a match counts too.
@@ -621,7 +623,7 @@ TEST(TrustBoundary, UsersFillingThePendingCapDoNotLockOutAnotherUser) {
     const std::string path = d.socket_path();
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) {  // only async-signal-safe calls after fork
+    if (pid == 0) {      // only async-signal-safe calls after fork
       ::close(hold[1]);  // so that the read below sees EOF once the test closes its end
       if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(2);
       sockaddr_un a{};

@@ -28,8 +28,8 @@ std::string removed(int64_t worker, uint64_t seq) {
 
 std::string announce(int64_t worker, const std::string& name, uint64_t epoch) {
   return "{\"worker_id\":" + std::to_string(worker) + ",\"name\":\"" + name +
-         "\",\"address\":\"10.0.0." + std::to_string(worker) + ":13337\",\"epoch\":" +
-         std::to_string(epoch) + ",\"pools\":{}}";
+         "\",\"address\":\"10.0.0." + std::to_string(worker) +
+         ":13337\",\"epoch\":" + std::to_string(epoch) + ",\"pools\":{}}";
 }
 
 TEST(PeerAuth, BothSidesAgreeOnlyWithTheSameKey) {

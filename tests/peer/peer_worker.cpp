@@ -43,7 +43,8 @@ bool check(const std::byte* p, uint64_t n, uint64_t seed, uint32_t i) {
 
 std::vector<kvpool::Token> tokens_of(uint64_t seed, uint32_t i, uint32_t page) {
   std::vector<kvpool::Token> t(page);
-  for (uint32_t j = 0; j < page; ++j) t[j] = static_cast<kvpool::Token>(seed * 100000 + i * page + j);
+  for (uint32_t j = 0; j < page; ++j)
+    t[j] = static_cast<kvpool::Token>(seed * 100000 + i * page + j);
   return t;
 }
 
@@ -146,9 +147,9 @@ int main(int argc, char** argv) {
       const auto& b = (*got)[i];
       if (b.sequence_hash() != hashes[i] || !check(*b.address(0, 0), bytes, seed, i)) ok = false;
     }
-    std::printf("{\"asked\":%u,\"got\":%zu,\"elapsed_ms\":%.3f,\"bytes_ok\":%s,\"block_bytes\":%llu}\n",
-                blocks, got->size(), ms, ok ? "true" : "false",
-                static_cast<unsigned long long>(bytes));
+    std::printf(
+        "{\"asked\":%u,\"got\":%zu,\"elapsed_ms\":%.3f,\"bytes_ok\":%s,\"block_bytes\":%llu}\n",
+        blocks, got->size(), ms, ok ? "true" : "false", static_cast<unsigned long long>(bytes));
     std::fflush(stdout);
     if (!ok) rc = 1;
   }

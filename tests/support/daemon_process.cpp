@@ -63,7 +63,8 @@ PoolLook DaemonView::pool(uint32_t i) const {
 uint32_t DaemonView::clients() const {
   uint32_t n = 0;
   for (uint32_t i = 0; i < control_.max_clients(); ++i)
-    n += control_.slot(i).state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::SlotState::kFree);
+    n += control_.slot(i).state.load(std::memory_order_acquire) !=
+         static_cast<uint32_t>(shm::SlotState::kFree);
   return n;
 }
 
@@ -104,8 +105,11 @@ nlohmann::json test_config(nlohmann::json pools) {
   if (pools.is_null()) pools = nlohmann::json::array({host_pool("g", 64)});
   // uid_share_percent 100: these tests run one uid that takes whole pools and every slot
   // (evictions, exhaustion); the per-uid defaults have tests of their own (trust_test.cpp).
-  return {{"max_clients", 16},   {"poll_us", 20},          {"log_level", "info"},
-          {"pools", pools},      {"uid_share_percent", 100}};
+  return {{"max_clients", 16},
+          {"poll_us", 20},
+          {"log_level", "info"},
+          {"pools", pools},
+          {"uid_share_percent", 100}};
 }
 
 // ---- daemon ----------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ Nonce random_nonce() {
   return n;
 }
 
-bool macs_equal(const uint8_t* a, const Mac& b) { return CRYPTO_memcmp(a, b.data(), b.size()) == 0; }
+bool macs_equal(const uint8_t* a, const Mac& b) {
+  return CRYPTO_memcmp(a, b.data(), b.size()) == 0;
+}
 
 }  // namespace kvpool::peer

@@ -172,7 +172,8 @@ void Service::reap_closed() {
 Status Service::send_control(Conn& c, uint16_t id, const void* header, size_t len, const void* data,
                              size_t data_len) {
   auto* op = new OpContext{OpContext::kControl, this, c.id, 0, {}};
-  op->header.assign(static_cast<const std::byte*>(header), static_cast<const std::byte*>(header) + len);
+  op->header.assign(static_cast<const std::byte*>(header),
+                    static_cast<const std::byte*>(header) + len);
   ucp_request_param_t p{};
   p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -216,8 +217,8 @@ void Service::handle_am(Event& e) {
       if (Refused r{}; read_header(e, &r)) return on_refused(*c, r);
       break;
     case kAmFetch:
-      if (FetchRequest rq{}; !c->outbound && ready && read_header(e, &rq) &&
-                             rq.count >= 1 && rq.count <= kMaxFetchHashes &&
+      if (FetchRequest rq{}; !c->outbound && ready && read_header(e, &rq) && rq.count >= 1 &&
+                             rq.count <= kMaxFetchHashes &&
                              e.data.size() == size_t{rq.count} * sizeof(uint64_t)) {
         std::vector<uint64_t> hashes(rq.count);
         std::memcpy(hashes.data(), e.data.data(), e.data.size());
@@ -344,7 +345,8 @@ ucs_status_t Service::am_callback(void* arg, const void* header, size_t header_l
     return UCS_INPROGRESS;
   }
   if (data != nullptr && length > 0)
-    e.data.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + length);
+    e.data.assign(static_cast<const std::byte*>(data),
+                  static_cast<const std::byte*>(data) + length);
   self->events_.push_back(std::move(e));
   return UCS_OK;
 }
@@ -370,7 +372,7 @@ void Service::send_callback(void* request, ucs_status_t status, void* user_data)
   auto* op = static_cast<OpContext*>(user_data);
   if (op->kind == OpContext::kBlockSend) {
     Event e;
-  e.kind = Event::kBlockSent;
+    e.kind = Event::kBlockSent;
     e.id = op->id;
     e.index = op->index;
     e.status = status;
@@ -380,7 +382,8 @@ void Service::send_callback(void* request, ucs_status_t status, void* user_data)
   ucp_request_free(request);
 }
 
-void Service::recv_callback(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
+void Service::recv_callback(void* request, ucs_status_t status, size_t /*length*/,
+                            void* user_data) {
   auto* op = static_cast<OpContext*>(user_data);
   Event e;
   e.kind = Event::kBlockReceived;

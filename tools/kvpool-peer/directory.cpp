@@ -94,7 +94,8 @@ std::optional<HolderInfo> Directory::holder_of(uint64_t hash, const std::string&
   const Peer* best = nullptr;
   for (int64_t w : it->second) {
     auto p = peers_.find(w);
-    if (p == peers_.end() || p->second.address.empty() || p->second.name == self_name || now - p->second.heard_ns > timeout_ns_)
+    if (p == peers_.end() || p->second.address.empty() || p->second.name == self_name ||
+        now - p->second.heard_ns > timeout_ns_)
       continue;
     if (best == nullptr || p->second.heard_ns > best->heard_ns) best = &p->second;
   }
@@ -167,12 +168,12 @@ Result<std::unique_ptr<Discovery>> Discovery::start(const PeerOptions& o, Direct
                       {"pools", pools}};
   d->announcement_ = a.dump();
   Directory* dir = &directory;
-  KVPOOL_RETURN_IF_ERROR(
-      d->link_->subscribe(d->announce_subject_, [dir](std::string_view m) { dir->on_announce(m); }));
+  KVPOOL_RETURN_IF_ERROR(d->link_->subscribe(d->announce_subject_,
+                                             [dir](std::string_view m) { dir->on_announce(m); }));
   for (auto topic : {events::kDefaultTopic, events::kLegacyTopic})
-    KVPOOL_RETURN_IF_ERROR(d->link_->subscribe(
-        events::kv_events_subject(o.nats_namespace, o.nats_component, topic),
-        [dir](std::string_view m) { dir->on_kv_event(m); }));
+    KVPOOL_RETURN_IF_ERROR(
+        d->link_->subscribe(events::kv_events_subject(o.nats_namespace, o.nats_component, topic),
+                            [dir](std::string_view m) { dir->on_kv_event(m); }));
   d->thread_ = std::thread([p = d.get()] { p->announce_loop(); });
   return d;
 }

@@ -8,11 +8,11 @@
 // Thread-safe: libnats threads feed it, the service's thread asks it.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,9 +66,9 @@ class Directory {
   const uint64_t timeout_ns_;
   const int64_t self_;
   mutable std::mutex mu_;
-  std::map<int64_t, Peer> peers_;                          // by worker_id
+  std::map<int64_t, Peer> peers_;                             // by worker_id
   std::unordered_map<uint64_t, std::vector<int64_t>> index_;  // sequence hash -> workers
-  std::deque<std::pair<uint64_t, int64_t>> order_;         // oldest entries go first
+  std::deque<std::pair<uint64_t, int64_t>> order_;            // oldest entries go first
   uint64_t dropped_entries_ = 0;
   uint64_t events_seen_ = 0;
 };

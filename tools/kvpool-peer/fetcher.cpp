@@ -93,7 +93,8 @@ void Service::send_fetch(Fetch& f, Conn& c) {
   rq.id = f.id;
   rq.fingerprint = pools_[f.pool].fingerprint;
   const uint64_t now = mono_ns();
-  rq.deadline_ms = f.deadline_ns > now ? static_cast<uint32_t>((f.deadline_ns - now) / 1'000'000) + 1 : 1;
+  rq.deadline_ms =
+      f.deadline_ns > now ? static_cast<uint32_t>((f.deadline_ns - now) / 1'000'000) + 1 : 1;
   rq.count = static_cast<uint32_t>(f.hashes.size());
   copy_name(rq.pool, pools_[f.pool].name);
   if (Status s = send_control(c, kAmFetch, &rq, sizeof(rq), f.hashes.data(),
@@ -151,7 +152,7 @@ void Service::on_block(uint64_t conn_id, const BlockHeader& h, void* data, size_
     std::memcpy(dst, data, len);
     f->state[h.index] = verify(*f, h.index) ? Fetch::kReceived : Fetch::kFailed;
     Event e;
-  e.kind = Event::kBlockReceived;
+    e.kind = Event::kBlockReceived;
     e.id = f->id;
     e.index = UINT32_MAX;  // already counted: only look whether the fetch is complete
     events_.push_back(std::move(e));
@@ -180,8 +181,8 @@ void Service::on_block_received(uint64_t fetch_id, uint32_t index, ucs_status_t 
   if (index != UINT32_MAX) {
     --f->receiving;
     if (index < f->state.size())
-      f->state[index] = st == UCS_OK && !f->answered && verify(*f, index) ? Fetch::kReceived
-                                                                         : Fetch::kFailed;
+      f->state[index] =
+          st == UCS_OK && !f->answered && verify(*f, index) ? Fetch::kReceived : Fetch::kFailed;
   }
   maybe_finish(*f);
 }
@@ -244,8 +245,8 @@ void Service::finish_fetch(Fetch& f) {
   if (why.empty() && f.expected < 0)
     why = "no answer from the holder within the deadline";
   else if (why.empty() && limit < f.hashes.size())
-    why = "the holder has " + std::to_string(limit) + " of the " +
-          std::to_string(f.hashes.size()) + " blocks";
+    why = "the holder has " + std::to_string(limit) + " of the " + std::to_string(f.hashes.size()) +
+          " blocks";
   uint32_t registered = 0;
   ErrorCode code = ErrorCode::kOk;
   if (intact > 0) {
@@ -267,16 +268,16 @@ void Service::finish_fetch(Fetch& f) {
       spdlog::debug("fetched {} block(s) of pool '{}' from {} in {} us", intact, lp.name, f.peer,
                     took / 1000);
       if (fetched_hook_) {
-        nlohmann::json ev = {{"peer_event", "fetched"},
-                             {"host", options_.name},
-                             {"worker_id", options_.worker_id},
-                             {"from", f.peer},
-                             {"from_epoch", f.epoch},
-                             {"pool", lp.name},
-                             {"sequence_hashes", std::vector<uint64_t>(f.hashes.begin(),
-                                                                       f.hashes.begin() + intact)},
-                             {"bytes", intact * lp.layout->block_bytes()},
-                             {"latency_us", took / 1000}};
+        nlohmann::json ev = {
+            {"peer_event", "fetched"},
+            {"host", options_.name},
+            {"worker_id", options_.worker_id},
+            {"from", f.peer},
+            {"from_epoch", f.epoch},
+            {"pool", lp.name},
+            {"sequence_hashes", std::vector<uint64_t>(f.hashes.begin(), f.hashes.begin() + intact)},
+            {"bytes", intact * lp.layout->block_bytes()},
+            {"latency_us", took / 1000}};
         fetched_hook_(ev.dump());
       }
     } else {

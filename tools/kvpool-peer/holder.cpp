@@ -40,9 +40,9 @@ void Service::on_fetch(Conn& c, const FetchRequest& rq, const uint64_t* hashes) 
     return reply_fetch(c, rq.id, ErrorCode::kPermissionDenied,
                        "pool '" + pool_name + "' is not exported by " + options_.name);
   if (rq.fingerprint != lp->fingerprint)
-    return reply_fetch(c, rq.id, ErrorCode::kVersionMismatch,
-                       "pool '" + pool_name + "' has another layout or hash scheme on " +
-                           options_.name);
+    return reply_fetch(
+        c, rq.id, ErrorCode::kVersionMismatch,
+        "pool '" + pool_name + "' has another layout or hash scheme on " + options_.name);
   if (serves_.size() >= options_.max_serves)
     return reply_fetch(c, rq.id, ErrorCode::kResourceExhausted,
                        std::to_string(serves_.size()) + " transfers in flight on " + options_.name);
@@ -98,8 +98,8 @@ void Service::send_blocks(Serve& s) {
     h.checksum = block_checksum(base, *lp.layout, b.block_id());
     auto* op = new OpContext{OpContext::kBlockSend, this, s.id, i, {}};
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
     p.cb.send = &Service::send_callback;
     p.user_data = op;

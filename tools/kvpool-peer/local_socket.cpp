@@ -46,7 +46,8 @@ void Service::on_waiter_readable(int fd) {
     return;
   }
   LocalRequestHeader h{};
-  if (*n < sizeof(h) || w.asked) return answer_waiter(fd, ErrorCode::kProtocolError, 0, "one request per connection");
+  if (*n < sizeof(h) || w.asked)
+    return answer_waiter(fd, ErrorCode::kProtocolError, 0, "one request per connection");
   std::memcpy(&h, buf.data(), sizeof(h));
   if (h.magic != kLocalRequestMagic || h.version != kLocalVersion)
     return answer_waiter(fd, ErrorCode::kVersionMismatch, 0, "kvpool-peer speaks local version 1");

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "directory.hpp"
-#include "service.hpp"
 #include "kvpool/service/log.hpp"
+#include "service.hpp"
 
 namespace {
 kvpool::peer::Service* g_service = nullptr;
@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
     }
     discovery = std::move(*d);
     (*service)->set_directory(directory.get());
-    (*service)->set_fetched_hook([d = discovery.get()](const std::string& ev) { d->publish_fetched(ev); });
+    (*service)->set_fetched_hook(
+        [d = discovery.get()](const std::string& ev) { d->publish_fetched(ev); });
   }
   g_service = service->get();
   struct sigaction sa {};

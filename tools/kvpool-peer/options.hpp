@@ -29,7 +29,7 @@ struct PeerOptions {
   std::string nats_component = "kvpool";
   uint64_t worker_id = 0;  // this host's kvpool-events --worker-id (its KV events' worker_id)
   uint32_t announce_ms = 1000;
-  uint32_t peer_timeout_ms = 5000;  // a peer not heard from for this long is dropped
+  uint32_t peer_timeout_ms = 5000;     // a peer not heard from for this long is dropped
   uint64_t index_capacity = 1u << 20;  // sequence hashes remembered across all peers
 };
 

@@ -4,16 +4,26 @@ namespace kvpool::peer {
 
 const char* failure_name(FetchFailure f) {
   switch (f) {
-    case FetchFailure::kNoHolder: return "no_holder";
-    case FetchFailure::kConnect: return "connect";
-    case FetchFailure::kRefused: return "refused";
-    case FetchFailure::kLayout: return "layout";
-    case FetchFailure::kEpoch: return "epoch";
-    case FetchFailure::kTimeout: return "timeout";
-    case FetchFailure::kTransport: return "transport";
-    case FetchFailure::kChecksum: return "checksum";
-    case FetchFailure::kLocal: return "local";
-    case FetchFailure::kCount: break;
+    case FetchFailure::kNoHolder:
+      return "no_holder";
+    case FetchFailure::kConnect:
+      return "connect";
+    case FetchFailure::kRefused:
+      return "refused";
+    case FetchFailure::kLayout:
+      return "layout";
+    case FetchFailure::kEpoch:
+      return "epoch";
+    case FetchFailure::kTimeout:
+      return "timeout";
+    case FetchFailure::kTransport:
+      return "transport";
+    case FetchFailure::kChecksum:
+      return "checksum";
+    case FetchFailure::kLocal:
+      return "local";
+    case FetchFailure::kCount:
+      break;
   }
   return "?";
 }

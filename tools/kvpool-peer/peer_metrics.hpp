@@ -12,15 +12,15 @@ namespace kvpool::peer {
 
 // Why a fetch gave the worker fewer blocks than the peer was asked for.
 enum class FetchFailure {
-  kNoHolder,     // no peer known to hold the first hash
-  kConnect,      // could not reach or authenticate the peer
-  kRefused,      // the holder said no (not exported, busy, auth)
-  kLayout,       // the holder's pool has another layout or hash scheme
-  kEpoch,        // the holder restarted since (new epoch)
-  kTimeout,      // the deadline passed first
-  kTransport,    // the link or the holder failed mid-transfer
-  kChecksum,     // bytes arrived but did not match the holder's checksum
-  kLocal,        // no room in the local pool, or the local kvpoold refused
+  kNoHolder,   // no peer known to hold the first hash
+  kConnect,    // could not reach or authenticate the peer
+  kRefused,    // the holder said no (not exported, busy, auth)
+  kLayout,     // the holder's pool has another layout or hash scheme
+  kEpoch,      // the holder restarted since (new epoch)
+  kTimeout,    // the deadline passed first
+  kTransport,  // the link or the holder failed mid-transfer
+  kChecksum,   // bytes arrived but did not match the holder's checksum
+  kLocal,      // no room in the local pool, or the local kvpoold refused
   kCount,
 };
 const char* failure_name(FetchFailure f);

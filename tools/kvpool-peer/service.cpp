@@ -28,9 +28,14 @@ constexpr int kProgressBurst = 64;
 
 uint64_t layout_fingerprint(const Pool& pool) {
   const LayoutConfig& l = pool.layout();
-  const uint32_t words[] = {2,           l.num_layers, l.outer_dim,
-                            l.page_size, l.inner_dim,  l.dtype_bytes,
-                            static_cast<uint32_t>(l.kind), static_cast<uint32_t>(pool.dtype()),
+  const uint32_t words[] = {2,
+                            l.num_layers,
+                            l.outer_dim,
+                            l.page_size,
+                            l.inner_dim,
+                            l.dtype_bytes,
+                            static_cast<uint32_t>(l.kind),
+                            static_cast<uint32_t>(pool.dtype()),
                             static_cast<uint32_t>(pool.hash_scheme())};
   return XXH3_64bits(words, sizeof(words));
 }
@@ -81,7 +86,8 @@ Status Service::init() {
   if (!epoll_fd_ || !stop_fd_) return io_error("epoll/eventfd", errno);
   int efd = -1;
   if (ucs_status_t st = ucp_worker_get_efd(worker_, &efd); st != UCS_OK)
-    return Status(ErrorCode::kInternal, std::string("ucp_worker_get_efd: ") + ucs_status_string(st));
+    return Status(ErrorCode::kInternal,
+                  std::string("ucp_worker_get_efd: ") + ucs_status_string(st));
   std::string dir = options_.runtime_dir;
   if (dir.empty()) {
     auto found = find_runtime_dir(options_.instance);
@@ -121,8 +127,8 @@ Status Service::init_pools() {
     lp.pool.emplace(*pool);
     lp.layout.emplace(*Layout::create(pool->layout()));
     lp.fingerprint = layout_fingerprint(*pool);
-    lp.exported = std::find(options_.exports.begin(), options_.exports.end(), name) !=
-                  options_.exports.end();
+    lp.exported =
+        std::find(options_.exports.begin(), options_.exports.end(), name) != options_.exports.end();
     if (pool->is_device())
       lp.unusable = "pool '" + name + "' is a device pool: the peer tier moves host pools only";
     else if (pool->layout().kind != LayoutKind::kFullyContiguous)
@@ -134,15 +140,17 @@ Status Service::init_pools() {
   }
   for (const std::string& e : options_.exports)
     if (std::none_of(pools_.begin(), pools_.end(), [&](const LocalPool& p) { return p.name == e; }))
-      return Status(ErrorCode::kConfigError, "exported pool '" + e + "' is not a pool of kvpoold '" +
-                                                 options_.instance + "'");
+      return Status(
+          ErrorCode::kConfigError,
+          "exported pool '" + e + "' is not a pool of kvpoold '" + options_.instance + "'");
   return Status::ok();
 }
 
 Status Service::init_ucx() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
-    return Status(ErrorCode::kConfigError, std::string("ucp_config_read: ") + ucs_status_string(st));
+    return Status(ErrorCode::kConfigError,
+                  std::string("ucp_config_read: ") + ucs_status_string(st));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -165,8 +173,8 @@ Status Service::init_ucx() {
     am_args_[id] = AmArg{this, id};
     hp.arg = &am_args_[id];
     if ((st = ucp_worker_set_am_recv_handler(worker_, &hp)) != UCS_OK)
-      return Status(ErrorCode::kInternal, std::string("ucp_worker_set_am_recv_handler: ") +
-                                              ucs_status_string(st));
+      return Status(ErrorCode::kInternal,
+                    std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(st));
   }
   if (options_.listen.empty()) return Status::ok();
   auto addr = parse_address(options_.listen);
@@ -178,8 +186,8 @@ Status Service::init_ucx() {
   lp.conn_handler.cb = &Service::conn_callback;
   lp.conn_handler.arg = this;
   if ((st = ucp_listener_create(worker_, &lp, &listener_)) != UCS_OK)
-    return Status(ErrorCode::kIoError, "cannot listen for peers on " + options_.listen + ": " +
-                                           ucs_status_string(st));
+    return Status(ErrorCode::kIoError,
+                  "cannot listen for peers on " + options_.listen + ": " + ucs_status_string(st));
   return Status::ok();
 }
 
@@ -190,10 +198,11 @@ void Service::request_stop() {
 }
 
 Status Service::run() {
-  spdlog::info("kvpool-peer '{}' ready: epoch {:016x}, listening on {}, exporting {} pool(s), "
-               "local socket {}",
-               options_.name, epoch_, options_.listen.empty() ? "(nothing)" : options_.listen,
-               options_.exports.size(), local_path_);
+  spdlog::info(
+      "kvpool-peer '{}' ready: epoch {:016x}, listening on {}, exporting {} pool(s), "
+      "local socket {}",
+      options_.name, epoch_, options_.listen.empty() ? "(nothing)" : options_.listen,
+      options_.exports.size(), local_path_);
   while (!stopping_) {
     // Bounded: a long transfer keeps UCX busy, and deadlines and the local socket must
     // still be looked at.
@@ -309,7 +318,8 @@ void Service::check_deadlines(uint64_t now) {
   for (auto& [id, c] : conns_)
     if (c->state == Conn::State::kHandshake &&
         now - c->created_ns > uint64_t{options_.auth_timeout_ms} * 1'000'000ull)
-      close_conn(*c, "no authentication within " + std::to_string(options_.auth_timeout_ms) + " ms");
+      close_conn(*c,
+                 "no authentication within " + std::to_string(options_.auth_timeout_ms) + " ms");
 }
 
 }  // namespace kvpool::peer

@@ -99,8 +99,8 @@ class Service {
   void close_conn(Conn& c, const std::string& why);
   void reap_closed();
   Conn* conn_of(ucp_ep_h ep);
-  Status send_control(Conn& c, uint16_t id, const void* header, size_t len, const void* data = nullptr,
-                      size_t data_len = 0);
+  Status send_control(Conn& c, uint16_t id, const void* header, size_t len,
+                      const void* data = nullptr, size_t data_len = 0);
   void on_hello(Conn& c, const Hello& h);
   void on_challenge(Conn& c, const Challenge& ch);
   void on_auth(Conn& c, const Auth& a);

@@ -59,13 +59,13 @@ struct Service::Serve {
   std::string peer;
   std::vector<ImmutableBlock> pins;  // the transfer's pins; dropped when it ends
   std::vector<BlockHeader> headers;  // live until each send completes
-  uint32_t sending = 0;  // sends in flight
-  uint32_t next = 0;     // the next block to send
+  uint32_t sending = 0;              // sends in flight
+  uint32_t next = 0;                 // the next block to send
   uint32_t pool = 0;
   uint64_t request_id = 0;
   uint64_t deadline_ns = 0;
   uint64_t bytes = 0;  // per block
-  bool cut = false;  // its endpoint was closed at the deadline
+  bool cut = false;    // its endpoint was closed at the deadline
 };
 
 struct Service::Waiter {

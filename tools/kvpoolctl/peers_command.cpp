@@ -44,10 +44,9 @@ void run_peers(const ctl::ViewOptions& o) {
     std::cout << j.dump(2) << "\n";
     return;
   }
-  std::cout << "kvpool-peer '" << j.value("name", "") << "' listening on "
-            << j.value("listen", "") << ", " << j.value("blocks_pinned_for_peers", 0)
-            << " block(s) pinned for peers, " << j.value("fetches_in_flight", 0)
-            << " fetch(es) in flight\n";
+  std::cout << "kvpool-peer '" << j.value("name", "") << "' listening on " << j.value("listen", "")
+            << ", " << j.value("blocks_pinned_for_peers", 0) << " block(s) pinned for peers, "
+            << j.value("fetches_in_flight", 0) << " fetch(es) in flight\n";
   std::vector<std::vector<std::string>> rows{{"peer", "fetches", "blocks_in", "bytes_in",
                                               "failures", "avg_ms", "serves", "blocks_out",
                                               "bytes_out", "auth_fail"}};

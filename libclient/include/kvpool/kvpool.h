@@ -404,8 +404,8 @@ typedef struct kvpool_batch_completion kvpool_batch_completion;
 
 typedef enum kvpool_batch_op {
   KVPOOL_BATCH_EXISTS = 0,
-  KVPOOL_BATCH_GET = 1,          /* copy values out into the buffers */
-  KVPOOL_BATCH_SET = 2,          /* copy the buffers in (a stored key keeps its value) */
+  KVPOOL_BATCH_GET = 1, /* copy values out into the buffers */
+  KVPOOL_BATCH_SET = 2, /* copy the buffers in (a stored key keeps its value) */
   KVPOOL_BATCH_DELETE = 3,
   KVPOOL_BATCH_EXISTS_PREFIX = 4 /* kvpool_batch_completion_prefix: stored keys from the first */
 } kvpool_batch_op;
@@ -419,19 +419,18 @@ typedef enum kvpool_key_result {
 } kvpool_key_result;
 
 typedef struct kvpool_batch_store_options {
-  uint32_t struct_size;          /* sizeof(kvpool_batch_store_options) */
-  uint32_t max_key_bytes;        /* default 448 */
-  const char* key_namespace;     /* bytes; NULL: none */
+  uint32_t struct_size;      /* sizeof(kvpool_batch_store_options) */
+  uint32_t max_key_bytes;    /* default 448 */
+  const char* key_namespace; /* bytes; NULL: none */
   size_t key_namespace_len;
-  uint32_t priority;             /* eviction priority of stored blocks; default 0 */
-  uint32_t keys_per_request;     /* default 128 */
-  uint32_t index_bits;           /* 64; fewer only in tests (forces index collisions) */
+  uint32_t priority;         /* eviction priority of stored blocks; default 0 */
+  uint32_t keys_per_request; /* default 128 */
+  uint32_t index_bits;       /* 64; fewer only in tests (forces index collisions) */
 } kvpool_batch_store_options;
 
 KVPOOL_API void kvpool_batch_store_options_init(kvpool_batch_store_options* options);
 /* Opens a store over `pool` of `client` (options NULL: the defaults). */
-KVPOOL_API kvpool_error_code kvpool_batch_store_open(const kvpool_client* client,
-                                                     const char* pool,
+KVPOOL_API kvpool_error_code kvpool_batch_store_open(const kvpool_client* client, const char* pool,
                                                      const kvpool_batch_store_options* options,
                                                      kvpool_batch_store** out);
 /* Closes (queued batches complete with KVPOOL_ERR_INVALID_STATE), waits for the batch in
@@ -442,13 +441,9 @@ KVPOOL_API int kvpool_batch_store_event_fd(const kvpool_batch_store* store);
 KVPOOL_API uint64_t kvpool_batch_store_value_capacity(const kvpool_batch_store* store);
 /* Queues a batch of `count` keys (copied). GET and SET take one buffer per key (buffers and
  * buffer_sizes; they must stay valid until the completion is taken), the others none (NULL). */
-KVPOOL_API kvpool_error_code kvpool_batch_store_submit(kvpool_batch_store* store,
-                                                       kvpool_batch_op op, size_t count,
-                                                       const void* const* keys,
-                                                       const size_t* key_sizes,
-                                                       void* const* buffers,
-                                                       const size_t* buffer_sizes,
-                                                       uint64_t* id_out);
+KVPOOL_API kvpool_error_code kvpool_batch_store_submit(
+    kvpool_batch_store* store, kvpool_batch_op op, size_t count, const void* const* keys,
+    const size_t* key_sizes, void* const* buffers, const size_t* buffer_sizes, uint64_t* id_out);
 /* The next completion ready now (in the order batches ran), or NULL when none is. */
 KVPOOL_API kvpool_batch_completion* kvpool_batch_store_next(kvpool_batch_store* store);
 /* Waits up to timeout_ms for batch `id` alone; KVPOOL_ERR_TIMEOUT when it is not done. */

@@ -144,9 +144,8 @@ Result<ControlReader> ControlReader::open(Segment segment) {
 
 Status ControlReader::add_registry(uint32_t i, Segment segment) {
   if (i >= registries_.size())
-    return Status(ErrorCode::kProtocolError,
-                  "registry segment for pool " + std::to_string(i) + " of " +
-                      std::to_string(registries_.size()));
+    return Status(ErrorCode::kProtocolError, "registry segment for pool " + std::to_string(i) +
+                                                 " of " + std::to_string(registries_.size()));
   auto r = RegistryReader::open(std::move(segment), i, header_->max_clients);
   if (!r) return r.status();
   registries_[i] = std::move(r.value());

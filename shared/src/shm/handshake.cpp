@@ -154,14 +154,15 @@ Result<ControlReader> map_control(std::vector<UniqueFd>& fds, size_t first, uint
     const auto kind = static_cast<StorageKind>(ctl->pool_info(i).storage);
     if (proto::welcome_carries_fd(kind)) {
       if (next >= fds.size())
-        return Status(ErrorCode::kProtocolError, "welcome carries too few descriptors for its pools");
+        return Status(ErrorCode::kProtocolError,
+                      "welcome carries too few descriptors for its pools");
       data.push_back(std::move(fds[next++]));
     }
   }
   if (next != fds.size())
-    return Status(ErrorCode::kProtocolError,
-                  "welcome carries " + std::to_string(fds.size()) + " descriptors, " +
-                      std::to_string(next) + " expected");
+    return Status(ErrorCode::kProtocolError, "welcome carries " + std::to_string(fds.size()) +
+                                                 " descriptors, " + std::to_string(next) +
+                                                 " expected");
   fds.resize(first);
   for (UniqueFd& d : data) fds.push_back(std::move(d));
   return ctl;

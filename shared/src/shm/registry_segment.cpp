@@ -84,9 +84,9 @@ Result<const RegistryHeader*> check_registry(const Segment& segment) {
   if (size < sizeof(RegistryHeader) || h->magic != kRegistryMagic)
     return Status(ErrorCode::kProtocolError, "not a kvpool registry segment");
   if (h->layout_major != kLayoutMajor || h->header_bytes < sizeof(RegistryHeader))
-    return Status(ErrorCode::kVersionMismatch,
-                  "registry segment of shm layout " + std::to_string(h->layout_major) +
-                      ", this build " + std::to_string(kLayoutMajor));
+    return Status(ErrorCode::kVersionMismatch, "registry segment of shm layout " +
+                                                   std::to_string(h->layout_major) +
+                                                   ", this build " + std::to_string(kLayoutMajor));
   if (h->total_bytes > size)
     return Status(ErrorCode::kProtocolError,
                   "the registry segment is smaller than its header says");
@@ -106,10 +106,10 @@ Result<RegistryReader> RegistryReader::open(Segment segment, uint32_t pool, uint
   if (!checked) return checked.status();
   const RegistryHeader& h = **checked;
   if (h.pool != pool || h.max_clients != max_clients)
-    return Status(ErrorCode::kProtocolError,
-                  "registry segment of pool " + std::to_string(h.pool) + " (" +
-                      std::to_string(h.max_clients) + " slots) where pool " +
-                      std::to_string(pool) + " was expected");
+    return Status(ErrorCode::kProtocolError, "registry segment of pool " + std::to_string(h.pool) +
+                                                 " (" + std::to_string(h.max_clients) +
+                                                 " slots) where pool " + std::to_string(pool) +
+                                                 " was expected");
   auto arena = pool::ArenaView::attach(segment.as<const char>() + h.arena_offset, h.arena_bytes,
                                        std::string(h.name, strnlen(h.name, kNameBytes)));
   if (!arena)

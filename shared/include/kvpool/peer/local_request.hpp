@@ -18,17 +18,17 @@ namespace kvpool::peer {
 
 inline constexpr uint32_t kLocalRequestMagic = 0x5250564bu;  // "KVPR"
 inline constexpr uint32_t kLocalAnswerMagic = 0x4150564bu;   // "KVPA"
-inline constexpr uint32_t kLocalStatusMagic = 0x5350564bu;  // "KVPS": answered with JSON
+inline constexpr uint32_t kLocalStatusMagic = 0x5350564bu;   // "KVPS": answered with JSON
 inline constexpr uint32_t kLocalVersion = 1;
 // Most hashes one request may name (a 64k-token prompt of 16-token pages is 4096 blocks).
 inline constexpr uint32_t kMaxFetchHashes = 4096;
 inline constexpr size_t kPeerNameBytes = 64;
 
 struct LocalRequestHeader {
-  uint32_t magic;        // kLocalRequestMagic
-  uint32_t version;      // kLocalVersion
-  uint32_t deadline_ms;  // the whole fetch, from the agent's receipt; 1..60000
-  uint32_t count;        // sequence hashes that follow, 1..kMaxFetchHashes
+  uint32_t magic;               // kLocalRequestMagic
+  uint32_t version;             // kLocalVersion
+  uint32_t deadline_ms;         // the whole fetch, from the agent's receipt; 1..60000
+  uint32_t count;               // sequence hashes that follow, 1..kMaxFetchHashes
   char pool[kPeerNameBytes];    // local pool name, NUL-terminated
   char holder[kPeerNameBytes];  // "" (look it up) or the holder's peer address "host:port"
   uint64_t parent;              // the sequence hash before the first one (valid if has_parent)

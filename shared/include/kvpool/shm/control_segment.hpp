@@ -61,8 +61,7 @@ class ControlWriter {
   // one per pool of the layout. kConfigError "event_ring_slots: ..." when a ring cannot be
   // made.
   static Result<ControlWriter> create(const std::string& instance, uint32_t max_clients,
-                                      ControlLayout layout,
-                                      std::span<const std::string> pool_names,
+                                      ControlLayout layout, std::span<const std::string> pool_names,
                                       uint32_t event_ring_slots);
 
   ControlHeader& header() const { return *segment_.as<ControlHeader>(); }
@@ -87,9 +86,7 @@ class ControlWriter {
   // A read-only descriptor of the control segment, for any client or observer.
   Result<UniqueFd> open_readonly_fd() const { return segment_.open_readonly_fd(); }
   // A read-only descriptor of pool i's registry segment: only for callers allowed pool i.
-  Result<UniqueFd> open_registry_fd(uint32_t i) const {
-    return registries_[i].open_readonly_fd();
-  }
+  Result<UniqueFd> open_registry_fd(uint32_t i) const { return registries_[i].open_readonly_fd(); }
 
  private:
   Segment segment_;

@@ -78,8 +78,8 @@ Result<ClientAttach> attach_client(const std::string& instance, const std::strin
 
 // The control segment of the kvpoold serving `instance`, read-only, attaching nothing
 // (kvpoolctl, kvpool-events, tests), with the registry segments of the pools the daemon
-// lets this caller read (the pools' allow-lists; root and the daemon's own uid read all). runtime_dir "": where the daemon puts its socket.
-// kNotFound when no daemon answers.
+// lets this caller read (the pools' allow-lists; root and the daemon's own uid read all).
+// runtime_dir "": where the daemon puts its socket. kNotFound when no daemon answers.
 Result<ControlReader> observe(const std::string& instance, const std::string& runtime_dir);
 
 }  // namespace kvpool::shm
