@@ -31,7 +31,6 @@ constexpr uint32_t kMaxClients = 4096;
 constexpr uint64_t kMinRingBytes = 4096;
 constexpr uint64_t kMaxRingBytes = uint64_t{64} << 20;
 constexpr uint32_t kMaxPollUs = 100'000;
-constexpr size_t kMaxPools = 16;
 constexpr size_t kMaxPoolNameChars = 32;
 constexpr uint32_t kMaxNumBlocks = uint32_t{1} << 30;
 // No host has this much RAM to pin for one pool; a bigger request is a typo in the layout.
@@ -761,15 +760,20 @@ std::string config_to_json(const Config& c) {
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
+bool uid_share_applies(const Config& c) {
+  // One allowed uid has nobody to share with: its workers may take everything.
+  return c.uid_share_percent < 100 && c.allowed_uids.size() != 1;
+}
+
 uint32_t clients_per_uid(const Config& c) {
   if (c.max_clients_per_uid != 0) return c.max_clients_per_uid;
-  if (c.uid_share_percent >= 100) return 0;
+  if (!uid_share_applies(c)) return 0;
   return std::max<uint32_t>(
       1, static_cast<uint32_t>(uint64_t{c.max_clients} * c.uid_share_percent / 100));
 }
 
 uint32_t blocks_per_uid(const Config& c, uint32_t num_blocks) {
-  if (c.uid_share_percent >= 100) return 0;
+  if (!uid_share_applies(c)) return 0;
   return std::max<uint32_t>(
       1, static_cast<uint32_t>(uint64_t{num_blocks} * c.uid_share_percent / 100));
 }

@@ -42,6 +42,10 @@ struct PoolConfig {
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;
 };
 
+// Most pools one instance serves: each adds two descriptors to the Welcome
+// (shm::kMaxFdsPerMessage).
+inline constexpr size_t kMaxPools = 16;
+
 struct Config {
   std::string instance = "default";
   std::string runtime_dir;           // "" -> default_runtime_dir()
@@ -65,7 +69,8 @@ struct Config {
   // The share of each pool's blocks (mutable plus distinct registered blocks referenced,
   // summed over all its clients) and, unless max_clients_per_uid says otherwise, of the
   // client slots that one uid may hold: one user never takes everything, the others keep
-  // the rest (docs/security.md sizes it). 100: no cap.
+  // the rest (docs/security.md sizes it). 100: no cap; nor is there one when allowed_uids
+  // names a single uid.
   uint32_t uid_share_percent = 87;
   uint32_t max_pending_connections = 64;  // accepted sockets that have not said Hello
   uint32_t max_pending_per_uid = 16;
@@ -78,6 +83,9 @@ struct Config {
 // The slots one uid may hold (0: no cap), and the blocks of a pool of `num_blocks` it may
 // hold (0: no cap), from max_clients_per_uid and uid_share_percent.
 uint32_t clients_per_uid(const Config& c);
+// Whether uid_share_percent caps anyone: below 100, and more than one uid may attach (an
+// allowed_uids of exactly one uid, the single-tenant host, shares with nobody).
+bool uid_share_applies(const Config& c);
 uint32_t blocks_per_uid(const Config& c, uint32_t num_blocks);
 
 // The built-in default: one host pool "g2" of 1024 blocks (2 layers, outer 2, page 16,

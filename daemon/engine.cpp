@@ -254,7 +254,7 @@ void Engine::create_dispatcher() {
   for (const auto& p : pools_) page_sizes.push_back(p.config.layout.page_size);
   dispatcher_.set_page_sizes(std::move(page_sizes));  // kRegisterTokens
   // One uid's share of each pool, over all its clients (uid_share_percent).
-  if (config_.uid_share_percent < 100)
+  if (uid_share_applies(config_))
     dispatcher_.set_admission([this](uint32_t owner, uint32_t pool, uint32_t more) {
       return check_uid_share(owner, pool, more);
     });
@@ -291,7 +291,9 @@ Status Engine::check_uid_share(uint32_t owner, uint32_t pool, uint32_t more) {
                     core.name() + "''s " + std::to_string(core.num_blocks()) + " blocks over " +
                     std::to_string(clients) + " client(s); " + std::to_string(more) +
                     " more would pass its share of " + std::to_string(cap) +
-                    " (uid_share_percent " + std::to_string(config_.uid_share_percent) + ")");
+                    " (uid_share_percent " + std::to_string(config_.uid_share_percent) +
+                    "; where every worker runs as one uid, set allowed_uids to it, or "
+                    "uid_share_percent to 100)");
 }
 
 void Engine::request_stop() {

@@ -327,6 +327,8 @@ void Sessions::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int 
 // their allow-lists send nothing. False once refused.
 bool Sessions::add_pool_fds(int fd, uint32_t pool_mask, std::vector<int>& fds,
                             std::vector<UniqueFd>& keep) {
+  static_assert(3 + 2 * kMaxPools <= shm::kMaxFdsPerMessage,
+                "a Welcome to a client of every pool must fit in one message");
   for (size_t i = 0; i < links_.pools.size(); ++i) {
     if ((pool_mask & (1u << i)) == 0) continue;
     auto reg = links_.control.open_registry_fd(static_cast<uint32_t>(i));

@@ -42,7 +42,8 @@ trap 'rm -rf "$tmp"' EXIT
 cc=${CXX:-c++}
 command -v ccache >/dev/null 2>&1 && cc="ccache $cc"
 objs=""
-for f in module blocks errors dlpack; do
+# The same sources as CMakeLists.txt and setup.py list.
+for f in module blocks errors dlpack batch_store; do
   $cc -std=c++20 -O2 -fPIC -fvisibility=hidden $dl -I"$inc" -I"$src/libclient/include" \
     -I"$src/shared/include" -c "$src/libclient/python/src/$f.cpp" -o "$tmp/$f.o"
   objs="$objs $tmp/$f.o"
@@ -53,6 +54,8 @@ $cc -shared -o "$tmp/kvpool/_kvpool$suffix" $objs -L"$build/libclient" -lkvpool 
 cp "$(readlink -f "$build/libclient/libkvpool.so.0")" "$tmp/kvpool/libkvpool.so.0"
 cp "$src/libclient/python/kvpool/__init__.py" "$src/libclient/python/kvpool/__init__.pyi" \
   "$src/libclient/python/kvpool/py.typed" "$tmp/kvpool/"
+mkdir -p "$tmp/kvpool/integrations"
+cp "$src"/libclient/python/kvpool/integrations/*.py "$tmp/kvpool/integrations/"
 mkdir -p "$target"
 rm -rf "$target/kvpool"
 cp -r "$tmp/kvpool" "$target/kvpool"

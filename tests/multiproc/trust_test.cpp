@@ -602,6 +602,23 @@ TEST(TrustBoundary, OneUidTakesAtMostItsShareOfAPoolOverAllItsClientsByDefault) 
   EXPECT_TRUE(again) << again.status().to_string();
 }
 
+// A single-tenant host (allowed_uids names one uid) shares with nobody: that uid's workers
+// take every slot and every block under the default share.
+TEST(TrustBoundary, ASingleAllowedUidTakesTheWholePoolAndEverySlot) {
+  auto cfg = default_share_config(nlohmann::json::array({host_pool("g", 16)}));
+  cfg["max_clients"] = 8;
+  cfg["allowed_uids"] = nlohmann::json::array({::getuid()});
+  DaemonProcess d(cfg);
+  d.start();
+  std::vector<Client> mine;
+  for (int i = 0; i < 8; ++i) mine.push_back(connect_client(d));
+  auto a = pool_of(mine[0]).allocate_blocks(10);
+  ASSERT_TRUE(a) << a.status().to_string();
+  auto b = pool_of(mine[7]).allocate_blocks(6);
+  ASSERT_TRUE(b) << "the 14th-16th blocks of one allowed uid: " << b.status().to_string();
+  EXPECT_EQ(d.view().counts(0).mutable_blocks, 16u);
+}
+
 // Issue 27 item 6: users who each stay within max_pending_per_uid but together fill
 // max_pending_connections do not lock a further user out.
 TEST(TrustBoundary, UsersFillingThePendingCapDoNotLockOutAnotherUser) {

@@ -16,5 +16,5 @@ site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()[
 [ -f "$site/kvpool/libkvpool.so.0" ] || { echo "install_test: not installed in $site" >&2; exit 1; }
 cd "$tmp"
 env -u PYTHONPATH -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c \
-  'import kvpool, sys; assert kvpool.__file__.startswith(sys.prefix), kvpool.__file__'
+  'import kvpool, kvpool.integrations, sys; assert kvpool.__file__.startswith(sys.prefix), kvpool.__file__'
 env -u PYTHONPATH -u LD_LIBRARY_PATH "$tmp/venv/bin/python" "$src/tests/python/no_numpy_smoke.py"

@@ -23,7 +23,9 @@ Result<std::unique_ptr<PrivateDaemon>> PrivateDaemon::start(const DaemonSpec& sp
   d->instance_ = "replay" + std::to_string(::getpid());
   const std::string cfg = d->dir_ + "/kvpoold.json";
   std::ofstream(cfg) << "{\"instance\":\"" << d->instance_ << "\",\"runtime_dir\":\"" << d->dir_
-                     << "\",\"max_clients\":64,\"log_level\":\"warn\",\"pools\":[{\"name\":\""
+                     << "\",\"max_clients\":64,\"log_level\":\"warn\",\"allowed_uids\":["
+                     << ::getuid()  // a single-tenant host: no per-uid share of the pool
+                     << "],\"pools\":[{\"name\":\""
                      << kPool << "\",\"num_blocks\":" << spec.blocks
                      << ",\"layout\":{\"num_layers\":2,\"outer_dim\":2,\"page_size\":"
                      << spec.page_size << ",\"inner_dim\":" << spec.inner_dim

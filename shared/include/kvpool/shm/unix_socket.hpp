@@ -17,8 +17,10 @@
 
 namespace kvpool::shm {
 
-// Most descriptors one message carries; a message with more is refused.
-inline constexpr size_t kMaxFdsPerMessage = 16;
+// Most descriptors one message carries; a message with more is refused. The Welcome is the
+// largest: control segment, client segment, doorbell, then a registry segment and a memory
+// descriptor for each of up to 16 pools (daemon/sessions_attach.cpp asserts it fits).
+inline constexpr size_t kMaxFdsPerMessage = 40;
 
 // Binds and listens (non-blocking, for an epoll loop). A socket file left by a dead daemon
 // is removed first; a live listener on the path, or a path that is not a socket, is an
