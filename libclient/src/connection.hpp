@@ -1,18 +1,18 @@
-// The client's transport to kvpoold (internal; tests use it to speak raw protocol):
-// the socket handshake, the mapped segments, the two rings, and the lease thread that
-// holds this client's robust mutex and watches the socket for the daemon's death.
+// libkvpool's connection to one kvpoold (internal): the policy over the client channel
+// (shm/client_channel.hpp, which owns the wire: rings, wait loop, lease thread, gone watch).
+// Here: the pools' mappings (read-write and read-only, pinned, device views), batched
+// fire-and-forget releases, answers kept for their callers or given back when their futures
+// were dropped, and the fork check. Reattach is ClientImpl's.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -20,9 +20,9 @@
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/client_channel.hpp"
 #include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/protocol.hpp"
-#include "kvpool/shm/ring.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 #include "kvpool/shm/unique_fd.hpp"
@@ -35,12 +35,7 @@ namespace kvpool::detail {
 
 class DeviceView;  // device_view.hpp
 
-struct Response {
-  ErrorCode code = ErrorCode::kOk;
-  std::string message;
-  std::vector<pool::BlockRef> refs;
-  Status status() const { return code == ErrorCode::kOk ? Status() : Status(code, message); }
-};
+using Response = shm::Answer;
 
 struct PoolView {
   std::string name;
@@ -75,27 +70,29 @@ struct ConnectionOptions {
   bool pin_host_pools = false;
 };
 
-class Connection {
+class Connection : private shm::LeaseWork {
  public:
   static Result<std::unique_ptr<Connection>> open(const std::string& instance,
                                                   const ConnectionOptions& options);
-  ~Connection();  // detaches: releases the lease, closes the socket
+  ~Connection() override;  // flushes the releases, then detaches (gives the lease back)
 
-  uint32_t slot() const { return slot_; }
-  uint32_t generation() const { return generation_; }
+  uint32_t slot() const { return channel_->slot(); }
+  uint32_t generation() const { return channel_->generation(); }
   // The daemon's start epoch (ControlHeader::restart): what a reattach names it by.
   uint64_t epoch() const { return control().restart.epoch; }
   // The request a reattach's claims must fit in (bytes of items after the header).
-  uint64_t max_request_payload() const { return requests_->max_payload(); }
+  uint64_t max_request_payload() const { return channel_->max_payload(); }
   // Why calls fail now that the daemon is gone: kDaemonGone, or kDisconnected when it cut
   // us off (or we forked).
   Status gone_reason() const;
   const std::vector<PoolView>& pools() const { return pools_; }
-  const shm::ControlHeader& control() const { return control_.header(); }
+  const shm::ControlHeader& control() const { return channel_->control(); }
   // Pool `pool`'s block counts, a moment old (relaxed loads of the daemon's arena counters).
-  pool::PoolCounts counts(uint32_t pool) const { return control_.arena(pool).counts(); }
+  pool::PoolCounts counts(uint32_t pool) const {
+    return channel_->control_reader().arena(pool).counts();
+  }
   // The daemon died, stopped, or cut us off.
-  bool gone() const;
+  bool gone() const { return channel_->gone(); }
 
   // Puts one request on the ring (waiting for room while the daemon lives) and returns its
   // correlation id. Pending releases are flushed first, so the daemon sees them in order.
@@ -117,19 +114,18 @@ class Connection {
   void abandon(uint64_t correlation_id, uint32_t pool, bool immutable,
                std::vector<pool::BlockRef> on_failure = {});
 
-  // Raw access for hostile-client tests: a record with any type and bytes.
-  Status send_raw(uint32_t type, const void* bytes, uint32_t len);
-  shm::ClientHeader* client_header() { return client_.as<shm::ClientHeader>(); }
-  int socket_fd() const { return sock_.get(); }  // hostile-client tests only
-
  private:
   Connection() = default;
-  Status handshake(const std::string& instance, const ConnectionOptions& options);
-  void lease_main(std::promise<Status>* locked);
+  Status map_pools(const proto::Welcome& w, std::vector<shm::UniqueFd>& fds,
+                   const ConnectionOptions& options);
+  Result<PoolView> map_pool(const shm::PoolInfo& info, bool usable, shm::UniqueFd* data_fd,
+                            const ConnectionOptions& options);
+  // The lease thread's work (shm::LeaseWork): batched releases and abandoned answers.
+  bool pending() const override;
+  bool run() override;
   Status flush_locked();                                                         // send_mutex_ held
-  Result<void*> claim(uint32_t type, uint32_t len);                              // send_mutex_ held
+  void drain_if_free();                                                          // send_mutex_ held
   void queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref);  // send_mutex_
-  Result<std::optional<std::pair<uint64_t, Response>>> read_answer_locked();     // recv_mutex_
   // Releases gathered under recv_mutex_, made when this is destroyed (after the lock).
   struct LaterReleases {
     Connection* conn;
@@ -138,30 +134,13 @@ class Connection {
   };
   void stash_locked(uint64_t corr, Response r, LaterReleases* later);  // recv_mutex_
   void drain_answers_locked(LaterReleases* later);                     // recv_mutex_
-  Status check_heartbeat(const std::string& when) const;
-  Status publish_locked();
-  void wake_daemon();
-  void mark_gone();
-  void kick();
-  Status gone_status(
-      const std::string& when) const;  // kDisconnected with the reason, or kDaemonGone
-  Status check_usable() const;         // this process, a live and responsive daemon
-  void read_disconnect_notice();
+  Status check_usable() const;  // this process, a live daemon
 
-  shm::UniqueFd sock_;
-  shm::UniqueFd bell_;  // eventfd: wakes a parked daemon
-  shm::ControlReader control_;
-  shm::Segment client_;
+  std::unique_ptr<shm::ClientChannel> channel_;
   std::vector<PoolView> pools_;
-  uint32_t slot_ = 0;
-  uint32_t generation_ = 0;
-  shm::PollPolicy poll_;
-  uint64_t unresponsive_ns_ = 0;
   uint64_t fork_generation_ = 0;  // detail::fork_generation() when connected
 
-  std::mutex send_mutex_;
-  std::optional<shm::RingProducer> requests_;
-  uint64_t next_correlation_ = 1;
+  std::mutex send_mutex_;  // the channel's sending side
   struct PendingRelease {
     uint32_t pool;
     bool immutable;
@@ -170,8 +149,7 @@ class Connection {
   std::vector<PendingRelease> pending_;
   std::atomic<uint32_t> pending_count_{0};
 
-  std::mutex recv_mutex_;
-  std::optional<shm::RingConsumer> responses_;
+  std::mutex recv_mutex_;  // the channel's receiving side
   std::map<uint64_t, Response> early_;  // answers that arrived for another waiter
   struct Abandoned {
     uint32_t pool;
@@ -180,15 +158,6 @@ class Connection {
   };
   std::map<uint64_t, Abandoned> abandoned_;
   std::atomic<uint32_t> abandoned_count_{0};
-  // The lease thread sleeps without a timeout (a release must kick it awake).
-  std::atomic<bool> lease_parked_{false};
-
-  std::atomic<bool> gone_{false};
-  mutable std::mutex gone_mutex_;
-  std::string disconnect_reason_;  // what the daemon said when it cut us off (gone_mutex_)
-  std::atomic<bool> stop_{false};
-  shm::UniqueFd stop_fd_;  // eventfd: stops or kicks the lease thread
-  std::thread lease_thread_;
 };
 
 }  // namespace kvpool::detail
