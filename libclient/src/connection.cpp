@@ -51,7 +51,7 @@ Status check_pools(std::span<const shm::PoolInfo> infos, const proto::Welcome& w
                         std::to_string(infos[i].hash_scheme) +
                         ", unknown to this libkvpool; rebuild the worker against a matching "
                         "libkvpool");
-    pool_fds += proto::pool_open_to(w, i) && proto::welcome_carries_fd(kind) ? 1 : 0;
+    pool_fds += shm::pool_open_to(w, i) && proto::welcome_carries_fd(kind) ? 1 : 0;
   }
   if (fds != 3 + pool_fds)
     return Status(ErrorCode::kProtocolError,
@@ -90,7 +90,7 @@ Status Connection::map_pools(const proto::Welcome& w, std::vector<shm::UniqueFd>
   KVPOOL_RETURN_IF_ERROR(check_pools(infos, w, fds.size()));
   size_t next_fd = 3;
   for (uint32_t i = 0; i < infos.size(); ++i) {
-    const bool usable = proto::pool_open_to(w, i);
+    const bool usable = shm::pool_open_to(w, i);
     shm::UniqueFd* data_fd = nullptr;
     if (usable && proto::welcome_carries_fd(static_cast<shm::StorageKind>(infos[i].storage)))
       data_fd = &fds[next_fd++];

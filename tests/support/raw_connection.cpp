@@ -34,7 +34,7 @@ Status RawConnection::map_pools(const proto::Welcome& w, std::vector<shm::Unique
     info.name[sizeof(info.name) - 1] = '\0';
     auto layout = Layout::create(info.layout);
     if (!layout) return layout.status();
-    RawPool p{info.name, info, layout.value(), shm::Segment(), proto::pool_open_to(w, i)};
+    RawPool p{info.name, info, layout.value(), shm::Segment(), shm::pool_open_to(w, i)};
     if (p.usable && proto::welcome_carries_fd(static_cast<shm::StorageKind>(info.storage))) {
       if (next_fd >= fds.size())
         return Status(ErrorCode::kProtocolError, "welcome carries too few pool descriptors");

@@ -38,6 +38,11 @@
 
 namespace kvpool::shm {
 
+// Whether the welcomed client may use pool `i` (its bit in pool_mask; pools past 32 never).
+inline constexpr bool pool_open_to(const proto::Welcome& w, uint32_t i) {
+  return i < 32 && (w.pool_mask & (1u << i)) != 0;
+}
+
 // One decoded answer record.
 struct Answer {
   ErrorCode code = ErrorCode::kOk;

@@ -71,11 +71,6 @@ struct Welcome {
 };
 static_assert(sizeof(Welcome) == 40 && std::is_trivially_copyable_v<Welcome>);
 
-// Whether the welcomed client may use pool `i` (its bit in pool_mask; pools past 32 never).
-inline constexpr bool pool_open_to(const Welcome& w, uint32_t i) {
-  return i < 32 && (w.pool_mask & (1u << i)) != 0;
-}
-
 struct Refusal {
   uint32_t magic;
   MsgType type;   // kRefusal, or kDisconnect
