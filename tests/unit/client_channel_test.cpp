@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "daemon/client_segment.hpp"
+#include "kvpool/core/clock.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 
 namespace kvpool::shm {
@@ -301,9 +301,7 @@ TEST(ClientChannel, AStoppingDaemonIsGoneAtOnce) {
 
 TEST(ClientChannel, AWaitOnADaemonWhoseHeartbeatStoppedReportsItUnresponsive) {
   FakeDaemon d;
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
+  const uint64_t now = now_ns(CLOCK_MONOTONIC);
   d.control.header().heartbeat_ns.store(now - 60'000'000'000ull, std::memory_order_relaxed);
   auto ch = open_channel(d, ChannelOptions{std::chrono::microseconds(50), std::chrono::seconds(1)});
   auto corr = ch->send(proto::Opcode::kPing, 0, 0, nullptr, 0, kNothing);

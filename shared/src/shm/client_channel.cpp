@@ -2,12 +2,12 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <future>
 
+#include "kvpool/core/clock.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 
@@ -24,12 +24,6 @@ constexpr int kLeaseTickMs = 10;
 // Quiet ticks the lease thread stays awake after its work did something (about a second):
 // an engine releases every step, so in use the thread never parks and needs no kick.
 constexpr uint32_t kLingerTicks = 100;
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 void write_one(int fd) {
   const uint64_t one = 1;
@@ -189,7 +183,7 @@ Status ClientChannel::gone_status(const std::string& when) const {
 Status ClientChannel::check_heartbeat(const std::string& when) const {
   if (unresponsive_ns_ == 0) return Status::ok();
   const uint64_t beat = control().heartbeat_ns.load(std::memory_order_relaxed);
-  const uint64_t now = monotonic_ns();
+  const uint64_t now = now_ns(CLOCK_MONOTONIC);
   if (beat == 0 || now <= beat || now - beat <= unresponsive_ns_) return Status::ok();
   return Status(ErrorCode::kDaemonUnresponsive,
                 "kvpoold (pid " + std::to_string(control().daemon_pid) + ") has not run for " +
