@@ -1,7 +1,16 @@
-// Cross-process cost of kvpool: the same registry operations on the in-process core and
-// through kvpoold (client and daemon in separate processes), in one run, as ratios.
-//   ./build/tests/bench/kvpool_ipc_bench [--blocks N] [--samples N] [--seconds S]
-// Starts its own kvpoold (a temp runtime dir) and stops it at the end.
+// Cross-process cost of kvpool, and how it scales with client processes (issue 32).
+//  1. the same registry operations on the in-process core and through kvpoold (client and
+//     daemon in separate processes), in one run, as ratios;
+//  2. aggregate throughput of 1, 2, 4, 8, 16 client processes calling flat out, each count
+//     run --reps times (interleaved), with median and spread: match-64; an engine-step mix
+//     (match-64 + allocate-16 + register-16 + release of all); match-64 with the clients
+//     pinned two to a core;
+//  3. a victim's latency (one match-64 every millisecond) alone and beside 16 flat-out clients;
+//  4. idle CPU of kvpoold and quiet attached clients.
+//   ./build/tests/bench/kvpool_ipc_bench [--blocks N] [--samples N] [--seconds S] [--reps R]
+//                                         [--clients 1,2,4,8,16] [--idle-seconds S]
+// Starts its own kvpoold (a temp runtime dir; KVPOOLD overrides the binary) and stops it.
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <span>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -32,7 +44,10 @@ constexpr uint32_t kBatch = 64;
 struct Args {
   uint32_t blocks = 100'000;
   int samples = 20'000;
-  double seconds = 2.0;
+  double seconds = 1.0;
+  int reps = 3;
+  std::vector<int> clients = {1, 2, 4, 8, 16};
+  double idle_seconds = 5.0;
 };
 
 double median(std::vector<double> v) {
@@ -189,43 +204,231 @@ DaemonFigures run_daemon(const Args& a, Pool& pool, const std::vector<uint64_t>&
   return {median(m), pct(m, 0.99), median(al), median(rg), median(idle)};
 }
 
-// N client processes each loop on match-64 for `seconds`; returns total matches per second.
-double throughput(const testsupport::DaemonProcess& d, const std::vector<uint64_t>& hashes,
-                  int clients, double seconds) {
-  int pfd[2];
-  if (pipe(pfd) != 0) return 0;
+// ---- many clients ------------------------------------------------------------------------
+
+// What each client process of a run does, flat out, until the deadline.
+enum class Load { kMatch, kMix };
+
+struct RunSpec {
+  int clients = 1;
+  Load load = Load::kMatch;
+  bool pinned = false;    // two clients to a core: client i on allowed CPU (i / 2) % cores
+  bool victim = false;    // one more client that calls every millisecond and times each call
+  double seconds = 1.0;
+};
+
+struct RunResult {
+  double ops_per_s = 0;  // aggregate of the flat-out clients
+  double victim_p50 = 0, victim_p99 = 0;
+};
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t m;
+  CPU_ZERO(&m);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof(m), &m) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &m)) out.push_back(c);
+  return out;
+}
+
+void pin_to(int cpu) {
+  cpu_set_t m;
+  CPU_ZERO(&m);
+  CPU_SET(cpu, &m);
+  (void)sched_setaffinity(0, sizeof(m), &m);
+}
+
+// One engine step: match-64 (all hit) + allocate-16 + register-16 + release of everything.
+void engine_step(Pool& pool, std::span<const uint64_t> q, std::mt19937_64& rng) {
+  auto hit = pool.match_sequence_hashes(q);
+  auto fresh = pool.allocate_blocks(16);
+  if (!fresh) return;
+  const uint32_t page = pool.page_size();
+  for (auto& b : *fresh) {
+    (void)b.init_sequence(rng());
+    (void)b.add_tokens(tokens_for(rng(), page));
+    (void)b.commit();
+  }
+  auto imm = pool.register_blocks(std::move(*fresh));
+}
+
+// The body of one client process: connect, say ready, wait for the deadline, run.
+// Writes its count (and, for the victim, its p50 and p99) to `out`.
+[[noreturn]] void client_main(const testsupport::DaemonProcess& d,
+                              const std::vector<uint64_t>& hashes, const RunSpec& spec, int index,
+                              bool is_victim, int ready_fd, int go_fd, int out_fd) {
+  if (spec.pinned && !is_victim) {
+    const auto cpus = allowed_cpus();
+    if (!cpus.empty()) pin_to(cpus[static_cast<size_t>(index / 2) % cpus.size()]);
+  }
+  auto cl = connect(d);
+  std::optional<Pool> pool;
+  if (cl) pool.emplace(*cl->pool("bench"));
+  const char one = 1;
+  ssize_t w = write(ready_fd, &one, 1);
+  int64_t deadline_ns = 0;
+  if (read(go_fd, &deadline_ns, sizeof(deadline_ns)) != sizeof(deadline_ns)) _exit(1);
+  const auto deadline = Clock::time_point(std::chrono::nanoseconds(deadline_ns));
+  std::mt19937_64 rng(static_cast<uint64_t>(index) * 7919 + 1);
+  uint64_t ops = 0;
+  std::vector<double> lat;
+  while (pool && Clock::now() < deadline) {
+    const size_t start = rng() % (hashes.size() - kBatch);
+    const std::span<const uint64_t> q(hashes.data() + start, kBatch);
+    if (is_victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto t0 = Clock::now();
+      { auto r = pool->match_sequence_hashes(q); }
+      lat.push_back(us_since(t0));
+    } else if (spec.load == Load::kMatch) {
+      auto r = pool->match_sequence_hashes(q);
+    } else {
+      engine_step(*pool, q, rng);
+    }
+    ++ops;
+  }
+  double msg[3] = {static_cast<double>(ops), median(lat), pct(lat, 0.99)};
+  w = write(out_fd, msg, sizeof(msg));
+  (void)w;
+  pool.reset();
+  _exit(0);
+}
+
+// Forks the clients of one run, starts them together once all are attached, and sums.
+RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uint64_t>& hashes,
+                      const RunSpec& spec) {
+  int ready[2], go[2], out[2];
+  if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0) return {};
+  const int total = spec.clients + (spec.victim ? 1 : 0);
   std::vector<pid_t> kids;
-  for (int c = 0; c < clients; ++c) {
-    pid_t p = fork();
+  for (int c = 0; c < total; ++c) {
+    const pid_t p = fork();
     if (p == 0) {
-      close(pfd[0]);
-      uint64_t ops = 0;
-      auto cl = connect(d);
-      if (cl) {
-        auto pool = cl->pool("bench");
-        std::mt19937_64 rng(c);
-        auto end = Clock::now() + std::chrono::duration<double>(seconds);
-        while (Clock::now() < end) {
-          for (int k = 0; k < 16; ++k) {
-            size_t start = rng() % (hashes.size() - kBatch);
-            auto r = pool->match_sequence_hashes({hashes.data() + start, kBatch});
-            ++ops;
-          }
-        }
-      }
-      ssize_t w = write(pfd[1], &ops, sizeof(ops));
-      (void)w;
-      _exit(0);
+      close(ready[0]);
+      close(go[1]);
+      close(out[0]);
+      client_main(d, hashes, spec, c, spec.victim && c == spec.clients, ready[1], go[0], out[1]);
     }
     kids.push_back(p);
   }
-  close(pfd[1]);
-  uint64_t total = 0, ops = 0;
-  for (int c = 0; c < clients; ++c)
-    if (read(pfd[0], &ops, sizeof(ops)) == sizeof(ops)) total += ops;
-  close(pfd[0]);
+  close(ready[1]);
+  close(go[0]);
+  close(out[1]);
+  char b;
+  for (int c = 0; c < total; ++c)
+    if (read(ready[0], &b, 1) != 1) break;
+  // Everyone attached: one deadline for all (steady_clock is CLOCK_MONOTONIC, shared).
+  const int64_t deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               (Clock::now() + std::chrono::duration<double>(spec.seconds))
+                                   .time_since_epoch())
+                               .count();
+  for (int c = 0; c < total; ++c) {
+    ssize_t w = write(go[1], &deadline, sizeof(deadline));
+    (void)w;
+  }
+  RunResult r;
+  uint64_t sum = 0;
+  for (int c = 0; c < total; ++c) {
+    double msg[3];
+    if (read(out[0], msg, sizeof(msg)) != sizeof(msg)) continue;
+    if (msg[1] > 0) {  // the victim
+      r.victim_p50 = msg[1];
+      r.victim_p99 = msg[2];
+    } else {
+      sum += static_cast<uint64_t>(msg[0]);
+    }
+  }
   for (pid_t p : kids) waitpid(p, nullptr, 0);
-  return static_cast<double>(total) / seconds;
+  close(ready[0]);
+  close(go[1]);
+  close(out[0]);
+  r.ops_per_s = static_cast<double>(sum) / spec.seconds;
+  return r;
+}
+
+// Each client count `reps` times, the counts interleaved (1, 2, 4, ... then again), so drift
+// on a shared machine weighs on all of them alike; median and spread (min-max) per count.
+void scaling_table(const char* title, const testsupport::DaemonProcess& d,
+                   const std::vector<uint64_t>& hashes, RunSpec spec,
+                   const std::vector<int>& counts, int reps) {
+  std::vector<std::vector<double>> runs(counts.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < counts.size(); ++i) {
+      spec.clients = counts[i];
+      runs[i].push_back(run_clients(d, hashes, spec).ops_per_s);
+    }
+  std::printf("\n%s (%d runs of %.1f s each, aggregate per second)\n", title, reps, spec.seconds);
+  std::printf("%8s %12s %12s %12s %8s %10s\n", "clients", "median", "min", "max", "spread",
+              "vs 1");
+  const double one = counts.empty() ? 0 : median(runs[0]);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const auto [lo, hi] = std::minmax_element(runs[i].begin(), runs[i].end());
+    const double med = median(runs[i]);
+    std::printf("%8d %12.0f %12.0f %12.0f %7.0f%% %9.2fx\n", counts[i], med, *lo, *hi,
+                med > 0 ? 100.0 * (*hi - *lo) / med : 0, one > 0 ? med / one : 0);
+  }
+}
+
+// utime + stime of every thread of `pid`, in clock ticks (/proc/<pid>/stat fields 14, 15).
+uint64_t cpu_ticks(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the name may hold spaces
+  if (!p) return 0;
+  unsigned long utime = 0, stime = 0;
+  // Fields after the name: state (3) ... utime (14), stime (15).
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
+    return 0;
+  return utime + stime;
+}
+
+// kvpoold and `quiet` attached clients that make no call: their CPU over `seconds`.
+void idle_cpu(const testsupport::DaemonProcess& d, int quiet, double seconds) {
+  int ready[2], quit[2];
+  if (pipe(ready) != 0 || pipe(quit) != 0) return;
+  std::vector<pid_t> kids;
+  for (int c = 0; c < quiet; ++c) {
+    const pid_t p = fork();
+    if (p == 0) {
+      close(ready[0]);
+      close(quit[1]);
+      auto cl = connect(d);
+      const char one = 1;
+      ssize_t w = write(ready[1], &one, 1);
+      (void)w;
+      char b;
+      while (read(quit[0], &b, 1) < 0 && errno == EINTR) {
+      }
+      _exit(cl ? 0 : 1);
+    }
+    kids.push_back(p);
+  }
+  close(ready[1]);
+  close(quit[0]);
+  char b;
+  for (int c = 0; c < quiet; ++c)
+    if (read(ready[0], &b, 1) != 1) break;
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // lease threads' linger ends (~1 s)
+  const uint64_t d0 = cpu_ticks(d.pid());
+  uint64_t c0 = 0;
+  for (pid_t p : kids) c0 += cpu_ticks(p);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const uint64_t d1 = cpu_ticks(d.pid());
+  uint64_t c1 = 0;
+  for (pid_t p : kids) c1 += cpu_ticks(p);
+  close(quit[1]);  // every quiet client reads EOF and leaves
+  for (pid_t p : kids) waitpid(p, nullptr, 0);
+  close(ready[0]);
+  const double tick_ms = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  auto percent = [&](uint64_t t) { return 100.0 * t * tick_ms / 1000.0 / seconds; };
+  std::printf("\nidle CPU over %.0f s (one tick = %.0f ms): kvpoold %.2f%% of a core, %d quiet "
+              "clients %.2f%% together\n",
+              seconds, tick_ms, percent(d1 - d0), quiet, percent(c1 - c0));
 }
 
 }  // namespace
@@ -236,6 +439,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--blocks")) a.blocks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--samples")) a.samples = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--seconds")) a.seconds = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) a.reps = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--idle-seconds")) a.idle_seconds = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--clients")) {
+      a.clients.clear();
+      std::stringstream ss(argv[i + 1]);
+      for (std::string n; std::getline(ss, n, ',');) a.clients.push_back(std::atoi(n.c_str()));
+    }
   }
   const char* kvpoold = std::getenv("KVPOOLD");
   testsupport::DaemonProcess d(bench_config(a), kvpoold ? kvpoold : KVPOOLD_PATH);
@@ -268,14 +478,32 @@ int main(int argc, char** argv) {
               dm.register64, dm.register64 / core.register64);
   std::printf("match-64 p99 (busy daemon): %.2f us\n", dm.match_p99);
   std::printf("match-64 against an idle (parked) daemon: %.2f us median\n", dm.idle_match);
-  std::printf("aggregate match-64 throughput (client processes, %.1f s each):\n", a.seconds);
-  double one = 0;
-  for (int n : {1, 2, 4, 8}) {
-    double t = throughput(d, hashes, n, a.seconds);
-    if (n == 1) one = t;
-    std::printf("  %d client(s): %10.0f matches/s  (%.2fx of 1 client)\n", n, t,
-                one > 0 ? t / one : 0);
+  RunSpec spec;
+  spec.seconds = a.seconds;
+  scaling_table("match-64, client processes flat out", d, hashes, spec, a.clients, a.reps);
+  spec.load = Load::kMix;
+  scaling_table("engine steps (match-64 + allocate-16 + register-16 + release), flat out", d,
+                hashes, spec, a.clients, a.reps);
+  spec.load = Load::kMatch;
+  spec.pinned = true;
+  scaling_table("match-64, clients pinned two to a core, flat out", d, hashes, spec, a.clients,
+                a.reps);
+  spec.pinned = false;
+  spec.victim = true;
+  std::printf("\nvictim: one match-64 every 1 ms, %.1f s (median of %d runs)\n", a.seconds, a.reps);
+  for (int n : {0, 16}) {
+    std::vector<double> p50, p99, agg;
+    for (int r = 0; r < a.reps; ++r) {
+      spec.clients = n;
+      const RunResult rr = run_clients(d, hashes, spec);
+      p50.push_back(rr.victim_p50);
+      p99.push_back(rr.victim_p99);
+      agg.push_back(rr.ops_per_s);
+    }
+    std::printf("  beside %2d flat-out clients: p50 %8.1f us, p99 %8.1f us (others: %.0f matches/s)\n",
+                n, median(p50), median(p99), median(agg));
   }
+  if (a.idle_seconds > 0) idle_cpu(d, 4, a.idle_seconds);
   d.kill(SIGTERM);
   return d.wait_exit(10s) ? 0 : 1;
 }

@@ -9,8 +9,8 @@
 //               core: sched_setaffinity on every thread of the server and on the calling
 //               thread); clients4 (4 client processes at once, unpinned)
 //   backends    kvpoold through libkvpool, kvpoold's rings raw, our blocking Unix-socket
-//               server, redis-server on a Unix socket (bench_backends.hpp), and two floors,
-//               futex and eventfd round trips between processes, paced the same way
+//               server, redis-server on a Unix socket (bench_backends.hpp), and three floors,
+//               futex, eventfd and pipe round trips between processes, paced the same way
 //               (paced_floors.hpp); the in-process core op for reference
 // Backends take turns in rounds within each (gap, placement), so a noisy machine weighs on
 // all of them alike. Then: kvpoold's and one quiet client's CPU over --cpu-seconds.
@@ -189,7 +189,7 @@ std::vector<CellKey> cells_of(const std::vector<int>& ops, bool redis, bool with
   for (int op : ops)
     for (int b : {kLibkvpool, kRing, kSocket, kRedis})
       if (b != kRedis || redis) cells.push_back({op, b});
-  for (int b : {kFutexFloor, kEventfdFloor}) cells.push_back({ops[0], b});
+  for (int b : {kFutexFloor, kEventfdFloor, kPipeFloor}) cells.push_back({ops[0], b});
   if (with_core)
     for (int op : ops) cells.push_back({op, kCore});
   return cells;
@@ -257,8 +257,9 @@ int main(int argc, char** argv) {
     redis.emplace(redis_bin);
   FloorServer futex(FloorServer::Kind::kFutex);
   FloorServer eventfd(FloorServer::Kind::kEventfd);
-  const Servers servers{&kvpoold, &socket_server, redis ? &*redis : nullptr,
-                        &futex,   &eventfd,       a.blocks};
+  FloorServer pipe(FloorServer::Kind::kPipe);
+  const Servers servers{&kvpoold, &socket_server, redis ? &*redis : nullptr, &futex, &eventfd,
+                        &pipe,    a.blocks};
 
   size_t capacity = 0;
   for (double g : a.gaps_ms)

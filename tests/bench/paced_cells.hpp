@@ -9,11 +9,23 @@
 namespace kvpool::bench {
 
 // The table's columns, in order.
-enum BackendId { kLibkvpool, kRing, kSocket, kRedis, kFutexFloor, kEventfdFloor, kCore, kBackends };
+enum BackendId {
+  kLibkvpool,
+  kRing,
+  kSocket,
+  kRedis,
+  kFutexFloor,
+  kEventfdFloor,
+  kPipeFloor,
+  kCore,
+  kBackends
+};
 inline constexpr const char* kBackendNames[kBackends] = {
     "libkvpool",   "kvpoold-ring",  "unix-socket", "redis",
-    "futex-floor", "eventfd-floor", "in-process"};
-inline bool is_floor(int backend) { return backend == kFutexFloor || backend == kEventfdFloor; }
+    "futex-floor", "eventfd-floor", "pipe-floor", "in-process"};
+inline bool is_floor(int backend) {
+  return backend == kFutexFloor || backend == kEventfdFloor || backend == kPipeFloor;
+}
 
 enum Op { kMatch, kStep, kOps };
 inline constexpr const char* kOpNames[kOps] = {"match", "step"};

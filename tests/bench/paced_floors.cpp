@@ -1,5 +1,6 @@
 #include "paced_floors.hpp"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -39,6 +40,23 @@ void read_counter(int fd) {
   while (read(fd, &v, sizeof(v)) < 0 && errno == EINTR) {
   }
 }
+void write_byte(int fd) {
+  const char one = 1;
+  while (write(fd, &one, 1) < 0 && errno == EINTR) {
+  }
+}
+// Reads what is there (up to 64 bytes: every ring since the last read), blocking for one.
+void read_bytes(int fd) {
+  char buf[64];
+  while (read(fd, buf, sizeof(buf)) < 0 && errno == EINTR) {
+  }
+}
+void make_pipe(int* rd, int* wr) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) die("floor pipe: " + std::string(std::strerror(errno)));
+  *rd = p[0];
+  *wr = p[1];
+}
 
 }  // namespace
 
@@ -54,6 +72,7 @@ struct FloorServer::Shared {
 
 FloorServer::FloorServer(Kind kind) : kind_(kind), owner_(getpid()) {
   answer_fd_.fill(-1);
+  answer_wr_.fill(-1);
   void* m =
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) die(std::string("floor mmap: ") + std::strerror(errno));
@@ -63,6 +82,10 @@ FloorServer::FloorServer(Kind kind) : kind_(kind), owner_(getpid()) {
     for (int& fd : answer_fd_) fd = eventfd(0, EFD_CLOEXEC);
     if (doorbell_fd_ < 0 || answer_fd_.back() < 0)
       die("floor eventfd: " + std::string(std::strerror(errno)));
+  }
+  if (kind_ == Kind::kPipe) {
+    make_pipe(&doorbell_fd_, &doorbell_wr_);
+    for (int i = 0; i < kMaxClients; ++i) make_pipe(&answer_fd_[i], &answer_wr_[i]);
   }
   pid_ = fork();
   if (pid_ < 0) die("fork floor server");
@@ -80,7 +103,10 @@ FloorServer::~FloorServer() {
     waitpid(pid_, nullptr, 0);
   }
   if (doorbell_fd_ >= 0) close(doorbell_fd_);
+  if (doorbell_wr_ >= 0) close(doorbell_wr_);
   for (int fd : answer_fd_)
+    if (fd >= 0) close(fd);
+  for (int fd : answer_wr_)
     if (fd >= 0) close(fd);
   munmap(shared_, sizeof(Shared));
 }
@@ -99,15 +125,19 @@ void FloorServer::serve() {
       shared_->answer[i].v.store(r, std::memory_order_release);
       if (kind_ == Kind::kFutex)
         futex_wake(&shared_->answer[i].v);
-      else
+      else if (kind_ == Kind::kEventfd)
         write_one(answer_fd_[i]);
+      else
+        write_byte(answer_wr_[i]);
       answered = true;
     }
     if (answered) continue;
     if (kind_ == Kind::kFutex)
       futex_wait(&shared_->doorbell.v, bell);
-    else
+    else if (kind_ == Kind::kEventfd)
       read_counter(doorbell_fd_);  // blocks until a client rings; resets the count
+    else
+      read_bytes(doorbell_fd_);  // blocks until a client rings; takes every ring there is
   }
 }
 
@@ -120,11 +150,15 @@ void FloorServer::round_trip(int slot) {
     shared_->doorbell.v.fetch_add(1, std::memory_order_acq_rel);
     futex_wake(&shared_->doorbell.v);
     for (uint32_t a; (a = answer.load(std::memory_order_acquire)) != r;) futex_wait(&answer, a);
-  } else {
+  } else if (kind_ == Kind::kEventfd) {
     write_one(doorbell_fd_);
     // One answer write per request, so one read per round trip; loop only on a spurious
     // count left from an earlier round.
     do read_counter(answer_fd_[slot]);
+    while (answer.load(std::memory_order_acquire) != r);
+  } else {
+    write_byte(doorbell_wr_);
+    do read_bytes(answer_fd_[slot]);
     while (answer.load(std::memory_order_acquire) != r);
   }
 }

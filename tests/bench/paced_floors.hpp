@@ -7,6 +7,10 @@
 // kvpoold's clients share one engine: a shared doorbell in, one answer word per client out.
 //   futex:   the doorbell and the answers are futex words in a shared mapping
 //   eventfd: the doorbell is one eventfd, each client's answer its own eventfd
+//   pipe:    the doorbell is one pipe, each client's answer its own pipe: a byte written to
+//            a pipe wakes its reader with the kernel's sync wake-up (pipe_write ->
+//            wake_up_interruptible_sync_poll), which may run the reader on the writer's
+//            warm core as the writer goes to sleep; futex and eventfd wake-ups are not sync
 #pragma once
 
 #include <sys/types.h>
@@ -17,7 +21,7 @@ namespace kvpool::bench {
 
 class FloorServer {
  public:
-  enum class Kind { kFutex, kEventfd };
+  enum class Kind { kFutex, kEventfd, kPipe };
   static constexpr int kMaxClients = 8;
 
   // Maps the shared words and forks the server. Before the process starts any thread.
@@ -26,7 +30,9 @@ class FloorServer {
   FloorServer(const FloorServer&) = delete;
   FloorServer& operator=(const FloorServer&) = delete;
 
-  const char* name() const { return kind_ == Kind::kFutex ? "futex-floor" : "eventfd-floor"; }
+  const char* name() const {
+    return kind_ == Kind::kFutex ? "futex-floor" : kind_ == Kind::kEventfd ? "eventfd-floor" : "pipe-floor";
+  }
   pid_t pid() const { return pid_; }
   // One request and its answer for client `slot` (0..kMaxClients-1, one process per slot),
   // in this process or any forked after the constructor.
@@ -38,8 +44,11 @@ class FloorServer {
 
   Kind kind_;
   Shared* shared_ = nullptr;
-  int doorbell_fd_ = -1;                    // eventfd: clients -> server
-  std::array<int, kMaxClients> answer_fd_;  // eventfd: server -> client i
+  // eventfd or pipe: clients -> server, and server -> client i (pipes: read end, write end).
+  int doorbell_fd_ = -1;
+  int doorbell_wr_ = -1;
+  std::array<int, kMaxClients> answer_fd_;
+  std::array<int, kMaxClients> answer_wr_;
   pid_t pid_ = -1;
   pid_t owner_ = -1;  // the process that forked the server, the only one that stops it
 };

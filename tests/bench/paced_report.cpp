@@ -119,7 +119,7 @@ void print_tables(Results& results, const std::vector<Placement>& placements,
       "Cells: p50 / p99 in us. Placements: unpinned; split = server and client on different "
       "cores; same = both on one core; clients4 = 4 client processes at once (their samples "
       "pooled).\n"
-      "Floors: a request/answer round trip to a parked process (futex / eventfd), no pool work, "
+      "Floors: a request/answer round trip to a parked process (futex / eventfd / pipe), no pool work, "
       "paced the same way. in-process: PoolCore alone, at that gap, in the first placement.\n",
       blocks, blocks / 2);
   for (int op : ops) {
@@ -130,7 +130,7 @@ void print_tables(Results& results, const std::vector<Placement>& placements,
       for (size_t gi = 0; gi < gaps.size(); ++gi) {
         std::printf("%-9s %6.1f", placements[pi].name.c_str(), gaps[gi]);
         for (int b = 0; b < kBackends; ++b) {
-          const int floor_op = (b == kFutexFloor || b == kEventfdFloor) ? ops[0] : op;
+          const int floor_op = is_floor(b) ? ops[0] : op;
           // The in-process op was measured in the first placement only.
           const int p = b == kCore ? 0 : static_cast<int>(pi);
           print_cell(results.at(floor_op, static_cast<int>(gi), p, b));

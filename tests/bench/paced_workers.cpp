@@ -21,7 +21,7 @@
 namespace kvpool::bench {
 
 std::vector<pid_t> Servers::pids() const {
-  std::vector<pid_t> p = {kvpoold->pid(), socket->pid(), futex->pid(), eventfd->pid()};
+  std::vector<pid_t> p = {kvpoold->pid(), socket->pid(), futex->pid(), eventfd->pid(), pipe->pid()};
   if (redis) p.push_back(redis->pid());
   return p;
 }
@@ -56,7 +56,9 @@ class Worker {
   void run(const Command& c) {
     Backend* b = is_floor(c.backend) ? nullptr : backend(c.backend);
     if (!is_floor(c.backend) && !b) die(std::string("no ") + kBackendNames[c.backend] + " here");
-    FloorServer* floor = c.backend == kFutexFloor ? s_.futex : s_.eventfd;
+    FloorServer* floor = c.backend == kFutexFloor     ? s_.futex
+                         : c.backend == kEventfdFloor ? s_.eventfd
+                                                      : s_.pipe;
     pin_this_thread(c.cpu);
     std::mt19937_64 rng(c.seed);
     for (int i = -c.warmup; i < c.samples; ++i) {

@@ -21,6 +21,7 @@ struct Servers {
   RedisServer* redis;  // nullptr: no redis-server here
   FloorServer* futex;
   FloorServer* eventfd;
+  FloorServer* pipe;
   uint32_t blocks;
 
   std::vector<pid_t> pids() const;
