@@ -9,6 +9,7 @@
 //  4. idle CPU of kvpoold and quiet attached clients.
 //   ./build/tests/bench/kvpool_ipc_bench [--blocks N] [--samples N] [--seconds S] [--reps R]
 //                                         [--clients 1,2,4,8,16] [--idle-seconds S]
+//                                         [--max-clients N] (kvpoold's slots; default 64)
 // Starts its own kvpoold (a temp runtime dir; KVPOOLD overrides the binary) and stops it.
 #include <sched.h>
 #include <signal.h>
@@ -48,6 +49,7 @@ struct Args {
   int reps = 3;
   std::vector<int> clients = {1, 2, 4, 8, 16};
   double idle_seconds = 5.0;
+  uint32_t max_clients = 64;  // kvpoold's slots: the engine looks at every one each pass
 };
 
 double median(std::vector<double> v) {
@@ -126,6 +128,7 @@ nlohmann::json bench_config(const Args& a) {
   nlohmann::json layout = {{"num_layers", 1}, {"outer_dim", 1},   {"page_size", 16},
                            {"inner_dim", 8},  {"dtype_bytes", 2}, {"alignment", 64}};
   return {{"log_level", "warn"},
+          {"max_clients", a.max_clients},
           {"pools", nlohmann::json::array(
                         {{{"name", "bench"}, {"num_blocks", a.blocks}, {"layout", layout}}})}};
 }
@@ -441,6 +444,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--seconds")) a.seconds = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) a.reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--idle-seconds")) a.idle_seconds = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--max-clients"))
+      a.max_clients = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--clients")) {
       a.clients.clear();
       std::stringstream ss(argv[i + 1]);
