@@ -165,10 +165,21 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
     auto fd = shm::pidfd_open(pid);
     pollfd p{fd ? fd->get() : -1, POLLIN, 0};
     if (!fd || ::poll(&p, 1, 0) != 0) continue;  // gone already
+    // Its pid may name another process now, one that took it while no daemon ran: the start
+    // time the predecessor recorded tells them apart (0: a 4.0 daemon's slot, pid alone).
+    const uint64_t recorded = slot->start_ticks.load(std::memory_order_relaxed);
+    const uint64_t now = process_start_ticks(pid).value_or(0);
+    if (recorded != 0 && now != recorded) {
+      spdlog::info(
+          "slot {}'s client (pid {}) is gone: pid {} now names another process (started at "
+          "tick {}, the client at {}); what it held is returned",
+          i, pid, pid, now, recorded);
+      continue;
+    }
     a.live_owners_[i] = 1;
     a.live_clients_.push_back({i, slot->generation.load(std::memory_order_relaxed), pid,
                                slot->uid.load(std::memory_order_relaxed), std::move(fd.value()),
-                               process_start_ticks(pid).value_or(0)});
+                               now});
   }
   a.live_owners_[h.max_clients] = a.inherit_kept(h, c.epoch) ? 1 : 0;
   // Lists of other daemons than the adopted one describe keepers nobody adopts now.

@@ -31,6 +31,7 @@ struct Session {
   uid_t uid = 0;
   gid_t gid = 0;
   uint64_t attach_ns = 0;      // CLOCK_REALTIME, for kvpoolctl
+  uint64_t start_ticks = 0;    // the process's start time (kept_processes.hpp), 0 unknown
   uint64_t hello_mono_ns = 0;  // CLOCK_MONOTONIC of the Welcome: bounds the wait for Ready
   uint32_t pool_mask = 0;      // pools this client may use (proto::Welcome::pool_mask)
   uint32_t protocol_errors = 0;

@@ -199,6 +199,7 @@ void Sessions::publish_slot(const Session& s) {
     i.pid.store(member ? s.pid : 0, std::memory_order_relaxed);
     i.uid.store(member ? s.uid : 0, std::memory_order_relaxed);
     i.attach_time_ns.store(member ? s.attach_ns : 0, std::memory_order_relaxed);
+    i.start_ticks.store(member ? s.start_ticks : 0, std::memory_order_relaxed);
     i.generation.store(member ? s.generation : 0, std::memory_order_relaxed);
     i.state.store(static_cast<uint32_t>(member ? s.state : SlotState::kFree),
                   std::memory_order_release);

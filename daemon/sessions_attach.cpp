@@ -2,6 +2,7 @@
 // have not said Hello, vetting the Hello (instance, credentials, allow-lists, slots), and
 // the Welcome that hands a worker its segment, doorbell and the pools' descriptors.
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 
 #include "daemon/client_segment.hpp"
 #include "daemon/epoll_tags.hpp"
+#include "daemon/kept_processes.hpp"
 #include "daemon/sessions.hpp"
 #include "kvpool/core/clock.hpp"
 #include "kvpool/core/counter.hpp"
@@ -314,6 +316,10 @@ void Sessions::attach(Session& s, UniqueFd sock, const shm::PeerCred& cred, int 
   s.uid = cred.uid;
   s.gid = cred.gid;
   s.attach_ns = now_ns(CLOCK_REALTIME);
+  // The start time read, then the pidfd polled: while the process has not exited its pid
+  // names nothing else, so what was read is its own (an exited one is reaped as a hang-up).
+  s.start_ticks = process_start_ticks(s.pid).value_or(0);
+  if (pollfd p{s.pidfd.get(), POLLIN, 0}; ::poll(&p, 1, 0) != 0) s.start_ticks = 0;
   s.hello_mono_ns = now_ns(CLOCK_MONOTONIC);
   s.pool_mask = pool_mask;
   s.protocol_errors = 0;

@@ -5,13 +5,17 @@
 //  - Adoption: `kvpoold --supervise` keeps the segments across a kill -9 of its child (the
 //    same descriptor-store protocol as systemd's); the next child adopts the host pools.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -220,6 +224,101 @@ TEST(Adoption, RegisteredBlocksSurviveAKill9WithTheirBytes) {
   for (const BlockRef& ref : a.refs)
     EXPECT_EQ(pool::generation_tag_of(ref.generation), r.generation_tag);
   expect_invariants(nv);
+}
+
+// Field 22 of /proc/<pid>/stat: the process's start time in clock ticks since boot.
+uint64_t start_ticks_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(s.substr(s.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  return std::stoull(field);
+}
+
+// Now, in the same clock ticks since boot.
+uint64_t uptime_ticks() {
+  std::ifstream f("/proc/uptime");
+  double seconds = 0;
+  f >> seconds;
+  return static_cast<uint64_t>(seconds * static_cast<double>(::sysconf(_SC_CLK_TCK)));
+}
+
+// A child that takes pid `want` (free now) and waits until `hold` is closed; -1 when 500 tries
+// lost the pid to the machine's other forks. Through ns_last_pid (root): the kernel hands out
+// the pid after the one written there. The child exits when hold[1] is closed.
+pid_t fork_with_pid(pid_t want, const int hold[2]) {
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << (want - 1);
+      if (!last.flush()) return -1;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {      // async-signal-safe only
+      ::close(hold[1]);  // so that the read sees EOF once the test closes its end
+      char b;
+      (void)!::read(hold[0], &b, 1);
+      ::_exit(0);
+    }
+    if (pid == want) return pid;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  return -1;
+}
+
+// Issue 27 item 6: a client dies while kvpoold is stopped and an unrelated process takes its
+// pid before the next daemon adopts the pool. The next daemon tells them apart by the start
+// time the slot recorded: the dead client's blocks come back, nothing is pinned for the
+// impostor.
+TEST(Adoption, APidTakenWhileNoDaemonRanDoesNotPinTheDeadClientsBlocks) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (ns_last_pid)";
+  DaemonProcess d;
+  start_supervised(d);
+  auto v = d.view();
+  auto holder = std::make_unique<WorkerProcess>(
+      d, "holder", std::vector<std::string>{"--mutable", "2", "--register", "2", "--salt", "9"});
+  holder->expect_line("READY");
+  holder->expect_line("HOLDING");
+  wait_counts(v, Want{60, 2, 2, 0});
+  const pid_t victim = holder->pid();
+  const uint64_t victim_ticks = start_ticks_of(victim);
+  // The daemon stops; the holder dies unseen, and its pid goes to another process, started
+  // at another tick than the holder (ticks are 10 ms: wait for the next one).
+  const auto daemon_pid = static_cast<pid_t>(v.header().daemon_pid);
+  ASSERT_EQ(::kill(daemon_pid, SIGSTOP), 0);
+  holder->kill(SIGKILL);
+  ASSERT_TRUE(holder->wait_exit(10s));
+  wait_until([&] { return uptime_ticks() > victim_ticks + 1; }, 5s,
+             "a clock tick after the holder's start");
+  int hold[2];
+  ASSERT_EQ(::pipe2(hold, O_CLOEXEC), 0);
+  pid_t impostor = -1;
+  for (int k = 0; k < 20 && impostor < 0; ++k) {
+    impostor = fork_with_pid(victim, hold);
+    if (impostor > 0 && start_ticks_of(impostor) == victim_ticks) {
+      ::kill(impostor, SIGKILL);
+      ::waitpid(impostor, nullptr, 0);
+      impostor = -1;
+    }
+  }
+  ::close(hold[0]);
+  ASSERT_GT(impostor, 0) << "could not give pid " << victim << " to another process";
+  ASSERT_NE(start_ticks_of(impostor), victim_ticks);
+
+  // The stopped daemon dies; the supervisor starts the next one, which adopts the pool.
+  const uint64_t old = v.header().restart.epoch;
+  ASSERT_EQ(::kill(daemon_pid, SIGKILL), 0);
+  auto nv = next_daemon(d, old);
+  // The holder's mutable blocks are free again and its registered ones inactive (cached).
+  wait_counts(nv, Want{62, 0, 0, 2});
+  EXPECT_TRUE(contains(d.stderr_text(), "now names another process")) << d.stderr_text();
+  expect_invariants(nv);
+  ::close(hold[1]);  // the impostor exits
+  ::waitpid(impostor, nullptr, 0);
 }
 
 TEST(Adoption, AChangedPoolShapeStartsEmptyAndSaysWhy) {

@@ -40,6 +40,7 @@ fn find_kvpoold() -> Option<PathBuf> {
 pub struct Daemon {
     pub dir: PathBuf,
     pub instance: String,
+    kvpoold: PathBuf,
     child: Option<Child>,
 }
 
@@ -86,9 +87,24 @@ impl Daemon {
         );
         let config_path = dir.join("kvpoold.json");
         std::fs::write(&config_path, config).unwrap();
-        let notify = dir.join("notify");
+        let mut d = Daemon {
+            dir,
+            instance,
+            kvpoold,
+            child: None,
+        };
+        d.spawn();
+        Some(d)
+    }
+
+    /// Starts kvpoold on this instance's config (again, after `kill`) and waits for READY=1.
+    pub fn spawn(&mut self) {
+        let config_path = self.dir.join("kvpoold.json");
+        let notify = self.dir.join("notify");
+        let _ = std::fs::remove_file(&notify);
         let sock = UnixDatagram::bind(&notify).unwrap();
-        let mut child = Command::new(&kvpoold)
+        let kvpoold = &self.kvpoold;
+        let mut child = Command::new(kvpoold)
             .arg("--config")
             .arg(&config_path)
             .env("NOTIFY_SOCKET", &notify)
@@ -117,11 +133,7 @@ impl Daemon {
                 }
             }
         }
-        Some(Daemon {
-            dir,
-            instance,
-            child: Some(child),
-        })
+        self.child = Some(child);
     }
 
     pub fn connect(&self) -> kvpool::Client {

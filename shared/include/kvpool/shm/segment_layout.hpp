@@ -179,7 +179,11 @@ struct SlotInfo {
   // other counters when the slot is reused.
   std::atomic<uint64_t> rejected_handles;
   std::atomic<uint64_t> match_hits;  // blocks its matches found (per-client hit figures)
-  uint8_t reserved[8];
+  // The client process's start time (field 22 of /proc/<pid>/stat, clock ticks since boot):
+  // with pid it names the process, so the next daemon tells a client that still runs from
+  // an unrelated process that took its pid while no daemon ran. 0: unknown (a 4.0 daemon
+  // wrote these bytes as reserved zeros), and the next daemon trusts the pid alone.
+  std::atomic<uint64_t> start_ticks;
 };
 static_assert(std::is_standard_layout_v<SlotInfo>);
 static_assert(sizeof(SlotInfo) == 64);
