@@ -12,29 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "c_check.h"
 #include "test_daemon.h"
 
-static int failures = 0;
 static test_daemon daemon_;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-/* A call that must succeed; on failure prints the code and the thread's message. */
-#define OK(call)                                                          \
-  do {                                                                    \
-    kvpool_error_code ok_rc_ = (call);                                    \
-    if (ok_rc_ != KVPOOL_OK) {                                            \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
-              kvpool_error_name(ok_rc_), kvpool_last_error_message());    \
-      ++failures;                                                         \
-    }                                                                     \
-  } while (0)
 
 /* A call that must fail with `code`, leaving a message that mentions `needle`. */
 #define FAILS(code, needle, call)                                                              \

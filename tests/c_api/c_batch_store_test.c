@@ -7,27 +7,8 @@
 #include <string.h>
 
 #include "kvpool/kvpool.h"
+#include "c_check.h"
 #include "test_daemon.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-#define OK(call)                                                          \
-  do {                                                                    \
-    kvpool_error_code ok_rc_ = (call);                                    \
-    if (ok_rc_ != KVPOOL_OK) {                                            \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, \
-              kvpool_error_name(ok_rc_), kvpool_last_error_message());    \
-      ++failures;                                                         \
-    }                                                                     \
-  } while (0)
 
 enum { kValue = 1024, kKeys = 3 };
 
