@@ -38,6 +38,9 @@ constexpr uint64_t kMaxHostPoolBytes = uint64_t{1} << 40;
 // cudaMalloc's alignment guarantee (kvpool::cuda::kSlabAlignment).
 constexpr uint32_t kMaxDeviceAlignment = 256;
 // A config file is a few KiB; the cap keeps a mistaken path (/dev/zero) from eating memory.
+// The disk index keeps slot numbers in 32 bits; in-flight bytes are RAM the kernel pins.
+constexpr uint64_t kMaxDiskSlots = (uint64_t{1} << 32) - 2;
+constexpr uint64_t kMaxDiskInflight = uint64_t{16} << 30;
 constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
@@ -238,11 +241,50 @@ void read_dtype(const Json& layout, std::string_view path, PoolConfig& pool) {
   pool.dtype = *d;
 }
 
+DiskConfig read_disk(const Json& j, std::string_view path) {
+  expect_object(j, path);
+  reject_unknown_fields(
+      j, path, {"path", "num_blocks", "bytes", "direct_io", "max_inflight_bytes", "admit"});
+  DiskConfig d;
+  d.enabled = true;
+  if (auto it = j.find("path"); it != j.end()) d.path = read_string(*it, child(path, "path"));
+  if (auto it = j.find("num_blocks"); it != j.end())
+    d.num_blocks = read_uint(*it, child(path, "num_blocks"), kMaxDiskSlots);
+  if (auto it = j.find("bytes"); it != j.end())
+    d.bytes = read_uint(*it, child(path, "bytes"), std::numeric_limits<uint64_t>::max());
+  if (auto it = j.find("direct_io"); it != j.end()) {
+    const std::string v = read_string(*it, child(path, "direct_io"));
+    if (v == "auto") {
+      d.direct_io = DirectIo::kAuto;
+    } else if (v == "on") {
+      d.direct_io = DirectIo::kOn;
+    } else if (v == "off") {
+      d.direct_io = DirectIo::kOff;
+    } else {
+      fail(child(path, "direct_io"), "must be \"auto\", \"on\" or \"off\", got \"" + v + "\"");
+    }
+  }
+  if (auto it = j.find("max_inflight_bytes"); it != j.end())
+    d.max_inflight_bytes = read_uint(*it, child(path, "max_inflight_bytes"), kMaxDiskInflight);
+  if (auto it = j.find("admit"); it != j.end()) {
+    const std::string v = read_string(*it, child(path, "admit"));
+    if (v == "all") {
+      d.admit = DiskAdmit::kAll;
+    } else if (v == "second_hit") {
+      d.admit = DiskAdmit::kSecondHit;
+    } else {
+      fail(child(path, "admit"), "must be \"all\" or \"second_hit\", got \"" + v + "\"");
+    }
+  }
+  return d;
+}
+
 PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& defaults) {
   expect_object(j, path);
-  reject_unknown_fields(j, path,
-                        {"name", "storage", "device", "num_blocks", "max_holds", "layout",
-                         "allowed_uids", "allowed_gids", "hash_scheme", "huge_pages", "numa_node"});
+  reject_unknown_fields(
+      j, path,
+      {"name", "storage", "device", "num_blocks", "max_holds", "layout", "allowed_uids",
+       "allowed_gids", "hash_scheme", "huge_pages", "numa_node", "disk"});
   PoolConfig pool = defaults;
   if (auto it = j.find("allowed_uids"); it != j.end())
     pool.allowed_uids = read_id_list<uid_t>(*it, child(path, "allowed_uids"));
@@ -300,6 +342,13 @@ PoolConfig read_pool(const Json& j, std::string_view path, const PoolConfig& def
         read_uint(*it, child(path, "numa_node"), std::numeric_limits<int32_t>::max()));
     if (pool.storage != shm::StorageKind::kHost)
       fail(child(path, "numa_node"), "applies to host pools only");
+  }
+  if (auto it = j.find("disk"); it != j.end()) {
+    if (pool.storage != shm::StorageKind::kHost)
+      fail(child(path, "disk"),
+           "applies to host pools only (the daemon reads and writes the "
+           "block bytes)");
+    pool.disk = read_disk(*it, child(path, "disk"));
   }
   return pool;
 }
@@ -485,7 +534,27 @@ bool valid_pool_name(std::string_view name) {
   });
 }
 
+Status validate_disk(const PoolConfig& pool, const std::string& path) {
+  const DiskConfig& d = pool.disk;
+  if (!d.enabled) return Status::ok();
+  const std::string dp = child(path, "disk");
+  if (pool.storage != shm::StorageKind::kHost)
+    return config_error(dp, "applies to host pools only");
+  if ((d.num_blocks == 0) == (d.bytes == 0))
+    return config_error(dp, "give exactly one of \"num_blocks\" (slots) and \"bytes\" (> 0)");
+  if (d.num_blocks > kMaxDiskSlots)
+    return config_error(child(dp, "num_blocks"),
+                        "must be at most " + std::to_string(kMaxDiskSlots));
+  if (!d.path.empty() && d.path[0] != '/')
+    return config_error(child(dp, "path"), "must be an absolute path, got \"" + d.path + "\"");
+  if (d.max_inflight_bytes > kMaxDiskInflight)
+    return config_error(child(dp, "max_inflight_bytes"),
+                        "must be at most " + std::to_string(kMaxDiskInflight));
+  return Status::ok();
+}
+
 Status validate_pool(const PoolConfig& pool, const std::string& path) {
+  KVPOOL_RETURN_IF_ERROR(validate_disk(pool, path));
   if (!valid_pool_name(pool.name)) {
     return config_error(child(path, "name"),
                         "must be 1 to 32 characters of [A-Za-z0-9_-], got '" + pool.name + "'");
@@ -712,6 +781,21 @@ Result<Config> load_config_file(const std::string& path) {
   return config;
 }
 
+namespace {
+Json disk_json(const DiskConfig& d) {
+  Json j;
+  if (!d.path.empty()) j["path"] = d.path;
+  if (d.num_blocks != 0) j["num_blocks"] = d.num_blocks;
+  if (d.bytes != 0) j["bytes"] = d.bytes;
+  j["direct_io"] = d.direct_io == DirectIo::kOn    ? "on"
+                   : d.direct_io == DirectIo::kOff ? "off"
+                                                   : "auto";
+  if (d.max_inflight_bytes != 0) j["max_inflight_bytes"] = d.max_inflight_bytes;
+  j["admit"] = d.admit == DiskAdmit::kSecondHit ? "second_hit" : "all";
+  return j;
+}
+}  // namespace
+
 std::string config_to_json(const Config& c) {
   Json pools = Json::array();
   for (const PoolConfig& p : c.pools) {
@@ -729,6 +813,7 @@ std::string config_to_json(const Config& c) {
     // Printed only when set, so the default config (and systemd/kvpoold.json) stays as is.
     if (!p.huge_pages.empty()) pool["huge_pages"] = p.huge_pages;
     if (p.numa_node >= 0) pool["numa_node"] = p.numa_node;
+    if (p.disk.enabled) pool["disk"] = disk_json(p.disk);
     pool["layout"] = Json{{"num_layers", p.layout.num_layers},   {"outer_dim", p.layout.outer_dim},
                           {"page_size", p.layout.page_size},     {"inner_dim", p.layout.inner_dim},
                           {"dtype_bytes", p.layout.dtype_bytes}, {"alignment", p.layout.alignment},

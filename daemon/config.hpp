@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/disk/disk_config.hpp"
 #include "kvpool/core/dtype.hpp"
 #include "kvpool/core/hash.hpp"
 #include "kvpool/core/layout.hpp"
@@ -37,6 +38,8 @@ struct PoolConfig {
   // the kernel's choice).
   std::string huge_pages;
   int32_t numa_node = -1;
+  // "disk": {...}: a disk tier below this host pool (daemon/disk/, docs/disk-tier.md).
+  DiskConfig disk;
 
   // Field by field, so tests and reloads can tell whether a config changed.
   friend bool operator==(const PoolConfig&, const PoolConfig&) = default;

@@ -109,11 +109,13 @@ Status Engine::init() {
   KVPOOL_RETURN_IF_ERROR(claim_instance());
   std::vector<pool::PoolCoreConfig> core_configs;
   for (const PoolConfig& pc : config_.pools)
-    // One owner per client slot, and the keeper of the previous daemon's clients' blocks.
-    core_configs.push_back({pc.layout.num_blocks, config_.max_clients + 1, pc.max_holds});
+    // One owner per client slot, the keeper of the previous daemon's clients' blocks, and
+    // the disk tier's.
+    core_configs.push_back({pc.layout.num_blocks, config_.max_clients + 2, pc.max_holds});
   KVPOOL_RETURN_IF_ERROR(create_control_segment(core_configs));
   KVPOOL_RETURN_IF_ERROR(create_pools(core_configs));
   KVPOOL_RETURN_IF_ERROR(listen_and_watch());
+  KVPOOL_RETURN_IF_ERROR(open_disk_tiers());
   create_dispatcher();
   return Status::ok();
 }
@@ -236,6 +238,38 @@ Status Engine::listen_and_watch() {
   return Status::ok();
 }
 
+Status Engine::open_disk_tiers() {
+  disks_.resize(pools_.size());
+  std::vector<disk::DiskTier*> tiers(pools_.size(), nullptr);
+  for (uint32_t i = 0; i < pools_.size(); ++i) {
+    ServedPool& p = pools_[i];
+    if (!p.config.disk.enabled) continue;
+    disk::DiskTierSetup setup;
+    setup.pool = p.config.name;
+    setup.instance = config_.instance;
+    setup.config = p.config.disk;
+    setup.layout = p.config.layout;
+    setup.dtype = static_cast<uint32_t>(p.config.dtype);
+    setup.hash_scheme = static_cast<uint32_t>(p.config.hash_scheme);
+    setup.host_base = p.storage.host_bytes_for_onboard();
+    setup.owner = disk_owner();
+    auto tier = disk::DiskTier::open(setup, p.core);
+    if (!tier) return tier.status();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = event_tag(kDisk, i);
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, (*tier)->event_fd(), &ev) != 0)
+      return io_error("epoll_ctl (disk tier)", errno);
+    tiers[i] = tier->get();
+    disks_[i] = std::move(tier.value());
+  }
+  if (std::none_of(tiers.begin(), tiers.end(), [](auto* t) { return t != nullptr; }))
+    return Status::ok();
+  tier_sink_ = std::make_unique<disk::TierSink>(events_.get(), std::move(tiers));
+  for (auto& p : pools_) p.core.set_event_sink(tier_sink_.get());
+  return Status::ok();
+}
+
 // The dispatcher runs ring records against the pools' cores; kVerify and kScrub check
 // host pools' bytes.
 void Engine::create_dispatcher() {
@@ -329,6 +363,10 @@ Status Engine::run(const EngineHooks& hooks) {
       if (s.ready && s.state == SlotState::kAttached) worked |= drain(s, kDrainBudget);
     }
     rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
+    // Write-behind of what those requests registered: holds taken, writes started.
+    if (worked)
+      for (auto& d : disks_)
+        if (d) d->pump();
     const uint64_t t = now_ns(CLOCK_MONOTONIC);
     if (worked) {
       note_request(t);
@@ -400,6 +438,10 @@ void Engine::service(const EngineHooks& hooks) {
       line += ", pool '" + p.config.name + "' free " + std::to_string(c.free) + " inactive " +
               std::to_string(c.inactive) + " of " + std::to_string(c.total);
     }
+    for (auto& d : disks_)
+      if (d)
+        line +=
+            ", disk " + std::to_string(d->slots_used()) + "/" + std::to_string(d->slots_total());
     hooks.status(line);
   }
 }
@@ -461,6 +503,9 @@ void Engine::handle_events(int timeout_ms) {
         break;
       case kBell:
         sessions_.clear_doorbell(idx);
+        break;
+      case kDisk:
+        if (idx < disks_.size() && disks_[idx]) disks_[idx]->on_io_ready();
         break;
     }
   }

@@ -12,6 +12,8 @@
 
 #include "daemon/adoption.hpp"
 #include "daemon/config.hpp"
+#include "daemon/disk/disk_tier.hpp"
+#include "daemon/disk/tier_sink.hpp"
 #include "daemon/dispatch.hpp"
 #include "daemon/event_publisher.hpp"
 #include "daemon/pool_storage.hpp"
@@ -62,6 +64,8 @@ class Engine {
   Status create_control_segment(const std::vector<pool::PoolCoreConfig>& core_configs);
   Status create_pools(const std::vector<pool::PoolCoreConfig>& core_configs);
   Status listen_and_watch();
+  // Disk tiers of host pools that have one (daemon/disk/), watched by the epoll set.
+  Status open_disk_tiers();
   void create_dispatcher();
   // kQuotaExceeded when `more` blocks for `owner` in `pool` would pass its uid's share.
   Status check_uid_share(uint32_t owner, uint32_t pool, uint32_t more);
@@ -91,8 +95,10 @@ class Engine {
   void store_segments();
   void forget_segments();  // a stop without --keep-cache
   // The pool-core owner that holds what the previous daemon's still running clients held
-  // (every pool core has max_clients + 1 owners; no client slot is this one).
+  // (every pool core has max_clients + 2 owners: the clients, this one, the disk tier).
   uint32_t keeper_owner() const { return config_.max_clients; }
+  // The owner the disk tiers hold blocks as while they write or read them.
+  uint32_t disk_owner() const { return config_.max_clients + 1; }
 
   Config config_;
   std::string runtime_dir_;
@@ -101,6 +107,8 @@ class Engine {
   shm::ControlHeader* ctl_ = nullptr;
   std::vector<ServedPool> pools_;
   std::unique_ptr<EventPublisher> events_;  // every pool core's event sink (null: no ring)
+  std::vector<std::unique_ptr<disk::DiskTier>> disks_;  // by pool index; null: no disk tier
+  std::unique_ptr<disk::TierSink> tier_sink_;           // events_ and the disk tiers
   shm::UniqueFd listen_fd_;
   shm::UniqueFd epoll_fd_;
   shm::UniqueFd stop_fd_;  // eventfd

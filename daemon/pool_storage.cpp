@@ -146,6 +146,11 @@ const std::byte* PoolStorage::host_bytes() const {
   return static_cast<const std::byte*>(host_.segment.data());
 }
 
+std::byte* PoolStorage::host_bytes_for_onboard() const {
+  if (kind_ != shm::StorageKind::kHost) return nullptr;
+  return static_cast<std::byte*>(host_.segment.data());
+}
+
 void PoolStorage::remove() const {
   // Host pools are memfds: they go with their last descriptor. Nothing has a name.
 }

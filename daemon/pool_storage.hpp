@@ -54,6 +54,9 @@ class PoolStorage {
   // Host pools: the block bytes as the daemon maps them (read for checksums, never
   // written); nullptr for storage the daemon cannot read (device pools).
   const std::byte* host_bytes() const;
+  // The same bytes to write: only the disk tier does, and only into blocks the daemon holds
+  // as its own mutable blocks while it reads them from disk (daemon/disk/disk_tier.hpp).
+  std::byte* host_bytes_for_onboard() const;
   // Nothing to remove today (host pools are memfds, which go with their last descriptor);
   // kept so that a storage kind with a name has its place to clean up.
   void remove() const;

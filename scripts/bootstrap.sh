@@ -14,6 +14,7 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-pytest
   zlib1g-dev python3-torch python3-matplotlib
   rustc cargo libdlpack-dev python3-setuptools python3-wheel python3-pip
+  liburing-dev fio
   libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack python3-xxhash
   libucx-dev ucx-utils libssl-dev iperf3 iproute2
 )

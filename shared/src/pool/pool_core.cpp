@@ -680,6 +680,20 @@ Status PoolCore::check_register_quota(uint32_t owner, std::span<const RegisterIt
   return Status::ok();
 }
 
+Result<BlockRef> PoolCore::hold_registered(uint32_t owner, uint64_t sequence_hash) {
+  WriteSection ws(header_->stats.write_seq);
+  KVPOOL_RETURN_IF_ERROR(check_owner(owner));
+  if (holds_free() == 0)
+    return Status(ErrorCode::kResourceExhausted,
+                  "pool '" + name_ + "' has no reference slot left (raise max_holds)");
+  const uint32_t id = table_.find(sequence_hash);
+  if (id == kNone) return Status(ErrorCode::kNotFound, "block is not registered");
+  const uint64_t acquired = blocks_[id].acquired_tick;
+  take_reference(owner, id);
+  blocks_[id].acquired_tick = acquired;  // a daemon hold is no use by a client
+  return BlockRef{id, blocks_[id].generation};
+}
+
 Result<uint32_t> PoolCore::match(uint32_t owner, std::span<const uint64_t> hashes, BlockRef* out) {
   WriteSection ws(header_->stats.write_seq);
   KVPOOL_RETURN_IF_ERROR(check_owner(owner));

@@ -126,6 +126,10 @@ class PoolCore {
   // eviction: Removed event now, the block free at its last release. out[i] is refs[i], or
   // {kNoBlock, 0} when it had left the registry already. Every handle is checked first.
   Status remove(uint32_t owner, std::span<const BlockRef> refs, BlockRef* out);
+  // One reference on registered block `sequence_hash` for the daemon's own use (the disk
+  // tier holds a block while it writes it): no match is counted and the block's ticks are
+  // left alone. kNotFound when it is not registered (evicted, poisoned).
+  Result<BlockRef> hold_registered(uint32_t owner, uint64_t sequence_hash);
 
   // Returns mutable blocks to the free FIFO. Invalid handles are skipped and counted; the
   // first error is returned after the valid ones are applied.

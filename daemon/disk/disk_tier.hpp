@@ -1,0 +1,150 @@
+// One host pool's disk tier (DESIGN §6a, docs/disk-tier.md): write-behind of registered
+// blocks into the slot file, and onboard of blocks read back into the host pool. Runs on
+// the engine thread; the I/O itself runs in io_uring (or the fallback threads), and the
+// engine calls on_io_ready() when the tier's eventfd is readable. Nothing here waits on
+// the disk.
+//
+// Holds: while a block is written, the tier holds one reference on it as the daemon's own
+// pool-core owner, so it cannot be evicted and reused mid-write; while blocks are read,
+// the tier holds them as its own mutable blocks, registers them once their checksums
+// hold, and hands them to the asking client (OnboardDone) before dropping its references.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "daemon/disk/disk_config.hpp"
+#include "daemon/disk/disk_index.hpp"
+#include "daemon/disk/disk_io.hpp"
+#include "daemon/disk/slot_file.hpp"
+#include "kvpool/core/layout.hpp"
+#include "kvpool/pool/events.hpp"
+#include "kvpool/pool/pool_core.hpp"
+
+namespace kvpool::daemon::disk {
+
+// Counters of one tier (kvpoolctl status / metrics).
+struct DiskStats {
+  uint64_t bytes_written = 0;
+  uint64_t bytes_read = 0;
+  uint64_t blocks_written = 0;
+  uint64_t blocks_onboarded = 0;
+  uint64_t write_queue_drops = 0;  // skipped: the write queue was full (never waited for)
+  uint64_t write_skipped = 0;      // gone from host memory, or no slot free, before its write
+  uint64_t evictions = 0;          // published slots reused for newer blocks
+  uint64_t checksum_failures = 0;  // a read whose data did not match its header: a miss
+  uint64_t io_errors = 0;          // a read or write the OS failed (or cut short)
+  uint64_t onboards = 0;           // onboard requests that read at least one block
+  uint64_t onboard_ns_total = 0;   // their latency, summed (submit to registered)
+  uint64_t onboard_ns_max = 0;
+};
+
+struct DiskTierSetup {
+  std::string pool;
+  std::string instance;
+  DiskConfig config;
+  LayoutConfig layout{};
+  uint32_t dtype = 0;
+  uint32_t hash_scheme = 0;
+  std::byte* host_base = nullptr;  // the pool's block bytes, mapped writable
+  uint32_t owner = 0;              // the pool-core owner the tier holds blocks as
+  IoBackend backend = IoBackend::kAuto;
+};
+
+class DiskTier {
+ public:
+  static Result<std::unique_ptr<DiskTier>> open(const DiskTierSetup& setup, pool::PoolCore& core);
+  ~DiskTier();
+
+  // ---- write-behind ----
+  // From the pool core's event sink, inside register_blocks: only queues (the core must not
+  // be called back from inside itself). A full queue drops the block and counts it.
+  void on_stored(std::span<const pool::StoredBlock> blocks);
+  // Hashes a match answered from host memory (second_hit admission counts them as uses).
+  void note_match(std::span<const uint64_t> hashes);
+  // After each request: holds the queued blocks and starts writes within the byte budget.
+  void pump();
+
+  // ---- onboard ----
+  // Of hashes[0..), how many in a row are published on disk.
+  uint32_t disk_prefix(std::span<const uint64_t> hashes) const;
+  // The blocks an onboard read registered: `hashes[0..good)` are now registered in the
+  // pool and held by the tier until this returns (the engine gives the client its own
+  // references inside it).
+  using OnboardDone = std::function<void(uint64_t cookie, std::span<const uint64_t> good)>;
+  void set_onboard_done(OnboardDone f) { onboard_done_ = std::move(f); }
+  // Starts reading the disk prefix of `hashes` (at most `max_blocks`) into new host
+  // blocks; false when nothing could be started (no prefix, no memory, I/O refused): the
+  // caller answers with what host memory gave.
+  bool start_onboard(uint64_t cookie, std::span<const uint64_t> hashes, uint32_t max_blocks);
+
+  // ---- completions ----
+  int event_fd() const { return io_->event_fd(); }
+  void on_io_ready();
+  // Everything in flight (tests and a stop wait for it with a deadline).
+  bool idle() const { return inflight_ops_ == 0; }
+
+  const DiskStats& stats() const { return stats_; }
+  const DiskIndex& index() const { return index_; }
+  uint32_t slots_used() const { return index_.used(); }
+  uint32_t slots_total() const { return index_.total(); }
+  bool direct() const { return file_.direct(); }
+  const char* io_name() const { return io_->name(); }
+  const std::string& path() const { return file_.path(); }
+  uint64_t slot_bytes() const { return file_.slot_bytes(); }
+
+ private:
+  struct Queued {
+    pool::StoredBlock block;
+    pool::BlockRef ref{};  // the tier's hold, once pump took it
+  };
+  struct Op;
+  struct Onboard;
+  DiskTier(const DiskTierSetup& setup, pool::PoolCore& core, SlotFile file, Layout layout,
+           uint32_t num_slots);
+  uint32_t op_alloc();
+  void build_iov(Op& op, uint32_t block);
+  bool start_write(Queued& q);
+  void write_done(Op& op, int64_t result);
+  void read_done(Op& op, int64_t result);
+  void finish_onboard(uint64_t id);
+  // How many of an onboard's blocks are good, in order: stops at the first bad one (which
+  // is dropped from the index and counted).
+  uint32_t verify_onboard(Onboard& ob);
+  bool admit(uint64_t hash);
+
+  DiskTierSetup setup_;
+  pool::PoolCore& core_;
+  SlotFile file_;
+  Layout layout_;
+  DiskIndex index_;
+  std::unique_ptr<DiskIo> io_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<uint32_t> free_ops_;
+  uint32_t inflight_ops_ = 0;
+  uint64_t inflight_write_bytes_ = 0;
+  uint64_t max_inflight_bytes_ = 0;
+  size_t queue_cap_ = 0;
+  std::vector<pool::StoredBlock> incoming_;  // from on_stored, not yet held
+  std::deque<Queued> held_;                  // held, waiting for the byte budget
+  uint64_t next_write_seq_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Onboard>> onboards_;
+  uint64_t next_onboard_ = 1;
+  OnboardDone onboard_done_;
+  // second_hit: hashes seen once (a bounded FIFO of them).
+  std::unordered_set<uint64_t> seen_;
+  std::deque<uint64_t> seen_order_;
+  std::vector<IoDone> done_scratch_;
+  DiskStats stats_;
+  uint64_t logged_errors_ = 0;
+};
+
+}  // namespace kvpool::daemon::disk
