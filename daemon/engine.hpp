@@ -106,9 +106,11 @@ class Engine {
   shm::ControlWriter control_;  // control and registry segments, shm/control_segment.hpp
   shm::ControlHeader* ctl_ = nullptr;
   std::vector<ServedPool> pools_;
-  std::unique_ptr<EventPublisher> events_;  // every pool core's event sink (null: no ring)
-  std::vector<std::unique_ptr<disk::DiskTier>> disks_;  // by pool index; null: no disk tier
-  std::unique_ptr<disk::TierSink> tier_sink_;           // events_ and the disk tiers
+  std::unique_ptr<EventPublisher> events_;     // every pool core's event sink (null: no ring)
+  std::unique_ptr<disk::TierSink> tier_sink_;  // events_ and the disk tiers
+  // By pool index (null: no disk tier). After the sink: a tier finishing its I/O as it goes
+  // may still register blocks, whose events go through the sink.
+  std::vector<std::unique_ptr<disk::DiskTier>> disks_;
   shm::UniqueFd listen_fd_;
   shm::UniqueFd epoll_fd_;
   shm::UniqueFd stop_fd_;  // eventfd

@@ -1,22 +1,17 @@
 #include "daemon/disk/disk_tier.hpp"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "kvpool/core/checksum.hpp"
+#include "kvpool/core/clock.hpp"
 
 namespace kvpool::daemon::disk {
 namespace {
-
-uint64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Regions of a block, in (layer, outer) order, coalesced where they touch in memory.
 std::vector<iovec> block_regions(std::byte* base, const Layout& layout, uint32_t block) {
@@ -86,7 +81,17 @@ DiskTier::DiskTier(const DiskTierSetup& setup, pool::PoolCore& core, SlotFile fi
       layout_(std::move(layout)),
       index_(num_slots) {}
 
-DiskTier::~DiskTier() = default;
+// Ops in flight read into and write from buffers this object owns: let them finish (bounded:
+// a dead device must not hang a stop) before the buffers go. Nothing new is started.
+DiskTier::~DiskTier() {
+  stopping_ = true;
+  for (int i = 0; i < 500 && inflight_ops_ > 0 && io_; ++i) {
+    pollfd p{io_->event_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    on_io_ready();
+  }
+  io_.reset();
+}
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierSetup& setup, pool::PoolCore& core) {
   auto layout = Layout::create(setup.layout);
@@ -121,7 +126,10 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierSetup& setup, poo
   t->max_inflight_bytes_ = std::max<uint64_t>(
       c.max_inflight_bytes != 0 ? c.max_inflight_bytes : kDefaultDiskInflightBytes, slot_bytes);
   const uint64_t write_slots = t->max_inflight_bytes_ / slot_bytes;
-  t->queue_cap_ = static_cast<size_t>(std::max<uint64_t>(write_slots * 4, 64));
+  // Queued blocks are held (out of host eviction, one reference slot each): never more than
+  // a quarter of the pool, so clients keep their blocks and reference slots.
+  t->queue_cap_ = static_cast<size_t>(std::min<uint64_t>(
+      std::max<uint64_t>(write_slots * 4, 64), std::max<uint32_t>(core.num_blocks() / 4, 16)));
   // Writes within the byte budget, plus reads for onboards (at most a ring's batch each).
   const uint32_t depth = static_cast<uint32_t>(std::min<uint64_t>(write_slots + 1024, 8192));
   auto io = DiskIo::create(setup.backend, depth, setup.pool);
@@ -200,6 +208,7 @@ void DiskTier::note_match(std::span<const uint64_t> hashes) {
 }
 
 void DiskTier::pump() {
+  if (stopping_) return;
   for (const pool::StoredBlock& b : incoming_) {
     auto ref = core_.hold_registered(setup_.owner, b.sequence_hash);
     if (!ref) {
@@ -319,7 +328,7 @@ bool DiskTier::start_onboard(uint64_t cookie, std::span<const uint64_t> hashes,
   if (k == 0) return false;
   auto ob = std::make_unique<Onboard>();
   ob->cookie = cookie;
-  ob->t0 = now_ns();
+  ob->t0 = now_ns(CLOCK_MONOTONIC);
   ob->hashes.assign(hashes.begin(), hashes.begin() + k);
   ob->blocks.resize(k);
   if (!core_.allocate(setup_.owner, k, ob->blocks.data()).is_ok()) return false;
@@ -423,7 +432,7 @@ void DiskTier::finish_onboard(uint64_t id) {
   }
   stats_.blocks_onboarded += registered;
   stats_.bytes_read += uint64_t{registered} * layout_.block_bytes();
-  const uint64_t ns = now_ns() - ob.t0;
+  const uint64_t ns = now_ns(CLOCK_MONOTONIC) - ob.t0;
   stats_.onboard_ns_total += ns;
   stats_.onboard_ns_max = std::max(stats_.onboard_ns_max, ns);
   std::vector<uint64_t> hashes = ob.hashes;

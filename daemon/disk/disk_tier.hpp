@@ -145,6 +145,7 @@ class DiskTier {
   std::vector<IoDone> done_scratch_;
   DiskStats stats_;
   uint64_t logged_errors_ = 0;
+  bool stopping_ = false;
 };
 
 }  // namespace kvpool::daemon::disk

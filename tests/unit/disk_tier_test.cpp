@@ -206,7 +206,7 @@ TEST(DiskTier, WritesBehindThenServesTheSameBytesAfterARestart) {
   const std::string file = dir.path + "/g2.slots";
   std::vector<uint64_t> hashes;
   {
-    HostPool pool(test_layout(32));
+    HostPool pool(test_layout(128));
     Tier t(pool, file, 64);
     ASSERT_TRUE(t.status.is_ok()) << t.status.message();
     EXPECT_TRUE(t.tier->direct()) << "ext4 under /var/tmp takes O_DIRECT";
@@ -222,7 +222,7 @@ TEST(DiskTier, WritesBehindThenServesTheSameBytesAfterARestart) {
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   // A new daemon: empty host memory, the index rebuilt from the file.
-  HostPool pool(test_layout(32));
+  HostPool pool(test_layout(128));
   Tier t(pool, file, 64);
   ASSERT_TRUE(t.status.is_ok()) << t.status.message();
   EXPECT_EQ(t.tier->slots_used(), 20u);
