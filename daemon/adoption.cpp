@@ -280,12 +280,14 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   auto prev = pool::open_previous_arena(arena, arena_bytes, pc.name);
   if (!prev) return empty("its arena is unusable (" + prev.status().message() + ")");
   if (prev->num_blocks() != pc.layout.num_blocks) return empty("its arena has another block count");
-  // One owner per client slot and the keeper: a larger max_owners (which alignment padding
-  // can hide from validate()) would make live_owners_ and the keeper name the wrong owners.
-  if (prev->header().max_owners != header_->max_clients + 1)
+  // One owner per client slot, the keeper and the disk tier (Engine::init): another
+  // max_owners (which alignment padding can hide from validate()) would make live_owners_ and
+  // the keeper name the wrong owners. The disk tier's owner is never live: what it held
+  // (blocks being written or read) goes back like a dead client's.
+  if (prev->header().max_owners != header_->max_clients + 2)
     return empty("its arena header field max_owners is " +
                  std::to_string(prev->header().max_owners) + ", its daemon had max_clients " +
-                 std::to_string(header_->max_clients) + " (and one keeper)");
+                 std::to_string(header_->max_clients) + " (and the keeper and the disk tier)");
   const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
   Pool p;
   p.name = pc.name;
