@@ -253,6 +253,7 @@ Status Engine::open_disk_tiers() {
     setup.hash_scheme = static_cast<uint32_t>(p.config.hash_scheme);
     setup.host_base = p.storage.host_bytes_for_onboard();
     setup.owner = disk_owner();
+    setup.published = &control_.registry(i).disk_info();  // kvpoolctl, the exporter
     auto tier = disk::DiskTier::open(setup, p.core);
     if (!tier) return tier.status();
     epoll_event ev{};

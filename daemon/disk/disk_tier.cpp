@@ -9,6 +9,8 @@
 
 #include "kvpool/core/checksum.hpp"
 #include "kvpool/core/clock.hpp"
+#include "kvpool/core/counter.hpp"
+#include "kvpool/shm/fields.hpp"
 
 namespace kvpool::daemon::disk {
 namespace {
@@ -139,6 +141,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierSetup& setup, poo
     t->ops_.push_back(std::make_unique<Op>());
     t->free_ops_.push_back(depth - 1 - i);
   }
+  t->publish_fixed();
   spdlog::info(
       "disk tier of pool '{}': {} slots of {} bytes in {} ({} I/O, {}), {} blocks found on disk",
       setup.pool, num_slots, slot_bytes, t->file_.path(),
@@ -235,6 +238,7 @@ void DiskTier::pump() {
       (void)core_.release_immutable(setup_.owner, {&q.ref, 1}, &rejected);
     }
   }
+  publish();
 }
 
 bool DiskTier::start_write(Queued& q) {
@@ -365,6 +369,7 @@ bool DiskTier::start_onboard(uint64_t cookie, std::span<const uint64_t> hashes,
   const bool done_now = ob->pending == 0;
   onboards_[id] = std::move(ob);
   if (done_now) finish_onboard(id);
+  publish();
   return true;
 }
 
@@ -435,12 +440,52 @@ void DiskTier::finish_onboard(uint64_t id) {
   const uint64_t ns = now_ns(CLOCK_MONOTONIC) - ob.t0;
   stats_.onboard_ns_total += ns;
   stats_.onboard_ns_max = std::max(stats_.onboard_ns_max, ns);
+  if (shm::DiskTierInfo* d = setup_.published) {
+    bump(d->onboard_latency.buckets[shm::latency_bucket(shm::kOnboardBoundsNs, ns)], 1);
+    bump(d->onboard_latency.sum_ns, ns);
+    bump(d->onboard_latency.count, 1);
+  }
   std::vector<uint64_t> hashes = ob.hashes;
   const uint64_t cookie = ob.cookie;
   onboards_.erase(it);
   if (onboard_done_) onboard_done_(cookie, std::span(hashes).first(registered));
   if (registered > 0)
     (void)core_.release_immutable(setup_.owner, std::span(held).first(registered), &rejected);
+}
+
+// ---- what tools read ------------------------------------------------------------------
+
+void DiskTier::publish_fixed() {
+  shm::DiskTierInfo* d = setup_.published;
+  if (d == nullptr) return;
+  // Plain stores: kvpoold opens its tiers before it publishes kReady (release).
+  d->enabled = 1;
+  d->direct_io = file_.direct() ? 1 : 0;
+  d->slots_total = index_.total();
+  d->slot_bytes = file_.slot_bytes();
+  d->block_bytes = layout_.block_bytes();
+  shm::copy_name(d->io_engine, io_->name());
+  shm::copy_name(d->path, file_.path());
+  publish();
+}
+
+// Every counter, relaxed: one writer (the engine thread), readers take each a moment old.
+void DiskTier::publish() {
+  shm::DiskTierInfo* d = setup_.published;
+  if (d == nullptr) return;
+  auto set = [](std::atomic<uint64_t>& a, uint64_t v) { a.store(v, std::memory_order_relaxed); };
+  set(d->slots_used, index_.used());
+  set(d->bytes_written, stats_.bytes_written);
+  set(d->bytes_read, stats_.bytes_read);
+  set(d->blocks_written, stats_.blocks_written);
+  set(d->blocks_onboarded, stats_.blocks_onboarded);
+  set(d->write_queue_drops, stats_.write_queue_drops);
+  set(d->write_skipped, stats_.write_skipped);
+  set(d->evictions, stats_.evictions);
+  set(d->checksum_failures, stats_.checksum_failures);
+  set(d->io_errors, stats_.io_errors);
+  set(d->onboards, stats_.onboards);
+  set(d->onboard_ns_max, stats_.onboard_ns_max);
 }
 
 // ---- completions ----------------------------------------------------------------------

@@ -28,6 +28,7 @@
 #include "kvpool/core/layout.hpp"
 #include "kvpool/pool/events.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/disk_tier_info.hpp"
 
 namespace kvpool::daemon::disk {
 
@@ -57,6 +58,9 @@ struct DiskTierSetup {
   std::byte* host_base = nullptr;  // the pool's block bytes, mapped writable
   uint32_t owner = 0;              // the pool-core owner the tier holds blocks as
   IoBackend backend = IoBackend::kAuto;
+  // Where tools read this tier (the pool's registry segment; null: nowhere). The tier is
+  // its one writer: fixed fields at open, live counters after each step (publish()).
+  shm::DiskTierInfo* published = nullptr;
 };
 
 class DiskTier {
@@ -120,6 +124,9 @@ class DiskTier {
   // is dropped from the index and counted).
   uint32_t verify_onboard(Onboard& ob);
   bool admit(uint64_t hash);
+  // Fixed fields of setup_.published (before kReady), then its live counters (relaxed).
+  void publish_fixed();
+  void publish();
 
   DiskTierSetup setup_;
   pool::PoolCore& core_;

@@ -9,6 +9,7 @@
 
 #include "kvpool/pool/arena_view.hpp"
 #include "kvpool/shm/control_segment.hpp"
+#include "kvpool/shm/disk_tier_info.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 
 namespace kvpool::ctl {
@@ -61,6 +62,12 @@ SlotHoldings slot_holdings(const pool::ArenaView& pool, uint32_t slot);
 
 // The request latency histogram, when the daemon writes one (layout minor >= 2).
 const shm::LatencyHistogram* request_latency(const ControlView& v);
+
+// The disk tier of pools[k], or null when that pool has none (disk_view.cpp).
+const shm::DiskTierInfo* disk_info(const ControlView& v, size_t k);
+// Its `disk` object of status --json and pools --json: path, slots, direct I/O, engine,
+// counters, onboard latency (mean and max).
+nlohmann::json disk_json(const shm::DiskTierInfo& d);
 
 // Columns two spaces apart, numbers right-aligned, text left-aligned; one line per row.
 std::string format_table(const std::vector<std::vector<std::string>>& rows);

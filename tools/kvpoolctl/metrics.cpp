@@ -21,27 +21,123 @@ double as_double(const Value& v) {
   return std::get<double>(v);
 }
 
-// Our histogram family (one unlabelled histogram: _bucket{le}, _sum, _count) as
-// prometheus-cpp's; its serializer writes the +Inf bucket from the count itself.
-prometheus::ClientMetric to_histogram(const Family& fam) {
-  prometheus::ClientMetric m;
+// Our histogram family as prometheus-cpp's: one histogram per label set other than `le`
+// (_bucket{le}, _sum, _count each carry that set), in the order the samples first name it;
+// the serializer writes the +Inf bucket from the count itself.
+std::vector<prometheus::ClientMetric> to_histograms(const Family& fam) {
+  std::vector<Labels> keys;
+  std::vector<prometheus::ClientMetric> out;
   for (const Sample& smp : fam.samples) {
+    Labels key;
+    std::string le;
+    for (const auto& [k, val] : smp.labels) {
+      if (k == "le") {
+        le = val;
+      } else {
+        key.emplace_back(k, val);
+      }
+    }
+    size_t i = 0;
+    while (i < keys.size() && keys[i] != key) ++i;
+    if (i == keys.size()) {
+      keys.push_back(key);
+      out.emplace_back();
+      for (const auto& [k, val] : key) out.back().label.push_back({k, val});
+    }
+    prometheus::ClientMetric& m = out[i];
     if (smp.suffix == "_sum") {
       m.histogram.sample_sum = as_double(smp.value);
     } else if (smp.suffix == "_count") {
       m.histogram.sample_count = static_cast<uint64_t>(as_double(smp.value));
-    } else if (smp.suffix == "_bucket") {
-      for (const auto& [k, le] : smp.labels)
-        if (k == "le" && le != "+Inf")
-          m.histogram.bucket.push_back(
-              {static_cast<uint64_t>(as_double(smp.value)), std::strtod(le.c_str(), nullptr)});
+    } else if (smp.suffix == "_bucket" && le != "+Inf") {
+      m.histogram.bucket.push_back(
+          {static_cast<uint64_t>(as_double(smp.value)), std::strtod(le.c_str(), nullptr)});
     }
   }
-  return m;
+  return out;
 }
 
 double ratio(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+// ---- disk tiers (layout 4.1; pools without one have no samples) ----------------------
+void collect_disk(const ctl::ControlView& v, std::vector<Family>& f) {
+  auto rl = [](const std::atomic<uint64_t>& a) -> uint64_t {
+    return a.load(std::memory_order_relaxed);
+  };
+  auto index_of = [&](const char* name, const char* type, const char* help) {
+    f.push_back(Family{std::string("kvpool_disk_") + name, type, help, {}});
+    return f.size() - 1;
+  };
+  const size_t info = index_of("info", "gauge",
+                               "Constant 1 per pool with a disk tier; labels give its slot file, "
+                               "whether it runs O_DIRECT and its I/O engine.");
+  const size_t slots = index_of("slots", "gauge", "Slots (blocks) of a pool's disk tier.");
+  const size_t used = index_of("slots_used", "gauge", "Slots holding a published block.");
+  const size_t slot_bytes =
+      index_of("slot_bytes", "gauge", "Bytes of one slot: a 4 KiB header and the block.");
+  struct DiskCounter {
+    const char* name;
+    const char* help;
+    std::atomic<uint64_t> shm::DiskTierInfo::*field;
+  };
+  const DiskCounter counters[] = {
+      {"written_bytes_total", "Block bytes written to disk and durable (write-behind).",
+       &shm::DiskTierInfo::bytes_written},
+      {"read_bytes_total", "Block bytes read back (onboard), verified and registered.",
+       &shm::DiskTierInfo::bytes_read},
+      {"written_blocks_total", "Blocks written to disk.", &shm::DiskTierInfo::blocks_written},
+      {"onboarded_blocks_total", "Blocks read back from disk into host memory.",
+       &shm::DiskTierInfo::blocks_onboarded},
+      {"write_queue_drops_total",
+       "Registered blocks not written because the write queue was full (never waited for).",
+       &shm::DiskTierInfo::write_queue_drops},
+      {"write_skipped_total",
+       "Queued blocks not written: gone from host memory, or no slot free, before their turn.",
+       &shm::DiskTierInfo::write_skipped},
+      {"evictions_total", "Disk slots reused for newer blocks (LRU).",
+       &shm::DiskTierInfo::evictions},
+      {"checksum_failures_total",
+       "Blocks read from disk whose bytes did not match their checksum: served as misses, "
+       "slot dropped.",
+       &shm::DiskTierInfo::checksum_failures},
+      {"io_errors_total", "Disk reads or writes the OS failed or cut short.",
+       &shm::DiskTierInfo::io_errors},
+  };
+  std::vector<size_t> cf;
+  for (const auto& c : counters) cf.push_back(index_of(c.name, "counter", c.help));
+  const size_t lat = index_of("onboard_duration_seconds", "histogram",
+                              "Onboard time, from the first disk read submitted to the blocks "
+                              "registered in host memory.");
+  for (size_t k = 0; k < v.pools.size(); ++k) {
+    const shm::DiskTierInfo* d = ctl::disk_info(v, k);
+    if (d == nullptr) continue;
+    const std::string& name = v.pools[k].name();
+    Labels l{{"pool", name}};
+    f[info].samples.push_back(
+        {"",
+         {{"pool", name},
+          {"path", std::string(d->path, strnlen(d->path, sizeof(d->path)))},
+          {"direct_io", d->direct_io != 0 ? "on" : "off"},
+          {"io_engine", std::string(d->io_engine, strnlen(d->io_engine, sizeof(d->io_engine)))}},
+         uint64_t{1}});
+    f[slots].samples.push_back({"", l, d->slots_total});
+    f[used].samples.push_back({"", l, rl(d->slots_used)});
+    f[slot_bytes].samples.push_back({"", l, d->slot_bytes});
+    for (size_t c = 0; c < std::size(counters); ++c)
+      f[cf[c]].samples.push_back({"", l, rl(d->*counters[c].field)});
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i <= shm::kOnboardBounds; ++i) {
+      cumulative += rl(d->onboard_latency.buckets[i]);
+      std::string le = i < shm::kOnboardBounds
+                           ? format_double(static_cast<double>(shm::kOnboardBoundsNs[i]) / 1e9)
+                           : "+Inf";
+      f[lat].samples.push_back({"_bucket", {{"pool", name}, {"le", le}}, cumulative});
+    }
+    f[lat].samples.push_back({"_sum", l, static_cast<double>(rl(d->onboard_latency.sum_ns)) / 1e9});
+    f[lat].samples.push_back({"_count", l, cumulative});
+  }
 }
 
 }  // namespace
@@ -245,6 +341,8 @@ std::vector<Family> collect(const ctl::ControlView& v) {
     f[adoption_dropped].samples.push_back({"", {{"pool", name}}, info.adoption_dropped_blocks});
   }
 
+  collect_disk(v, f);
+
   // ---- clients -------------------------------------------------------------------------
   // Per attached client, labelled by slot and pid (a slot is reused; its pid says by whom).
   const size_t c_requests = index_of("client_requests_total", "counter",
@@ -304,7 +402,7 @@ std::string to_text(const std::vector<Family>& families) {
               : fam.type == "histogram" ? prometheus::MetricType::Histogram
                                         : prometheus::MetricType::Untyped;
     if (pf.type == prometheus::MetricType::Histogram) {
-      pf.metric.push_back(to_histogram(fam));
+      pf.metric = to_histograms(fam);
     } else {
       for (const Sample& smp : fam.samples) {
         prometheus::ClientMetric m;

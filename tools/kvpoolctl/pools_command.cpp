@@ -58,6 +58,8 @@ nlohmann::json pools_json(const ctl::ControlView& v) {
                    {"total_bytes", info.data_bytes},
                    {"shm_name", std::string(info.shm_name)},
                    {"arena_bytes", info.arena_bytes}});
+    const shm::DiskTierInfo* d = ctl::disk_info(v, i);
+    out.back()["disk"] = d ? ctl::disk_json(*d) : nlohmann::json();
   }
   return out;
 }
@@ -92,6 +94,18 @@ void run_pools(const ctl::ViewOptions& o) {
   }
   std::cout << ctl::format_table(rows);
   std::cout << "(layout: kind layers x outer x page_size x inner_dim x dtype bytes)\n";
+  std::vector<std::vector<std::string>> disks{
+      {"pool", "disk_path", "slots_used", "slots_total", "slot_bytes", "direct_io", "io_engine"}};
+  for (const auto& p : pools) {
+    if (p["disk"].is_null()) continue;
+    const auto& d = p["disk"];
+    disks.push_back({p["name"].get<std::string>(), d["path"].get<std::string>(),
+                     std::to_string(d["slots_used"].get<uint64_t>()),
+                     std::to_string(d["slots_total"].get<uint64_t>()),
+                     std::to_string(d["slot_bytes"].get<uint64_t>()),
+                     d["direct_io"].get<bool>() ? "on" : "off", d["io_engine"].get<std::string>()});
+  }
+  if (disks.size() > 1) std::cout << "\n" << ctl::format_table(disks);
 }
 
 }  // namespace
@@ -99,7 +113,9 @@ void run_pools(const ctl::ViewOptions& o) {
 void add_pools_command(CLI::App& app) {
   auto opts = std::make_shared<ctl::ViewOptions>();
   auto* cmd = app.add_subcommand(
-      "pools", "pools of a running kvpoold: storage, device, dtype, layout, block and total bytes");
+      "pools",
+      "pools of a running kvpoold: storage, device, dtype, layout, block and total bytes, "
+      "disk tier");
   ctl::add_view_options(cmd, *opts);
   cmd->callback([opts] { run_pools(*opts); });
 }

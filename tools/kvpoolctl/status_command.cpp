@@ -88,6 +88,9 @@ nlohmann::json status_json(const ControlView& v) {
                           {"rejected_handles", rl(s.rejected_handles)},
                           {"adopted_blocks", v.pool_infos[i]->adopted_blocks},
                           {"adoption_dropped_blocks", v.pool_infos[i]->adoption_dropped_blocks}});
+    // Layout 4.1: the pool's disk tier (null: none).
+    const shm::DiskTierInfo* d = disk_info(v, i);
+    j["pools"].back()["disk"] = d ? disk_json(*d) : nlohmann::json();
   }
   return j;
 }
@@ -137,6 +140,20 @@ void add_status_command(CLI::App& app) {
                   static_cast<unsigned long long>(p["match_queries"].get<uint64_t>()),
                   static_cast<unsigned long long>(p["match_hits"].get<uint64_t>()),
                   p["hash_scheme"].get<std::string>().c_str());
+    }
+    for (auto& p : j["pools"]) {
+      if (p["disk"].is_null()) continue;
+      const auto& d = p["disk"];
+      auto u = [&](const char* k) { return static_cast<unsigned long long>(d[k].get<uint64_t>()); };
+      std::printf(
+          "disk of %s: %s, %llu/%llu slots, direct I/O %s, %s; written %llu B, read %llu B, "
+          "queue drops %llu, checksum failures %llu, I/O errors %llu, onboards %llu (mean "
+          "%.3f ms)\n",
+          p["name"].get<std::string>().c_str(), d["path"].get<std::string>().c_str(),
+          u("slots_used"), u("slots_total"), d["direct_io"].get<bool>() ? "on" : "off",
+          d["io_engine"].get<std::string>().c_str(), u("bytes_written"), u("bytes_read"),
+          u("write_queue_drops"), u("checksum_failures"), u("io_errors"), u("onboards"),
+          d["onboard_mean_seconds"].get<double>() * 1e3);
     }
   });
 }

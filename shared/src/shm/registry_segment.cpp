@@ -34,7 +34,8 @@ Result<RegistryLayout> registry_layout(uint32_t max_clients, const pool::PoolCor
     l.event_ring_offset = off;
     l.event_ring_bytes = event_ring_bytes(event_ring_slots);
   }
-  l.total_bytes = align_up(off + l.event_ring_bytes, kRegionAlign);
+  l.disk_offset = align_up(off + l.event_ring_bytes, alignof(DiskTierInfo));
+  l.total_bytes = align_up(l.disk_offset + sizeof(DiskTierInfo), kRegionAlign);
   return l;
 }
 
@@ -62,6 +63,9 @@ Result<RegistryWriter> RegistryWriter::create(const std::string& instance, uint3
   h->arena_bytes = layout.arena_bytes;
   h->total_bytes = layout.total_bytes;
   std::memcpy(h->name, name.data(), std::min(name.size(), sizeof(h->name) - 1));
+  new (base + layout.disk_offset) DiskTierInfo{};  // zero: no disk tier until one opens
+  h->disk_offset = layout.disk_offset;
+  h->disk_bytes = sizeof(DiskTierInfo);
   if (layout.event_ring_bytes != 0) {
     auto ring = EventRingWriter::create(base + layout.event_ring_offset, layout.event_ring_bytes,
                                         event_ring_slots);
@@ -76,6 +80,10 @@ Result<RegistryWriter> RegistryWriter::create(const std::string& instance, uint3
 
 SlotInfo* RegistryWriter::slots() const {
   return reinterpret_cast<SlotInfo*>(segment_.as<char>() + header().slots_offset);
+}
+
+DiskTierInfo& RegistryWriter::disk_info() const {
+  return *reinterpret_cast<DiskTierInfo*>(segment_.as<char>() + header().disk_offset);
 }
 
 Result<const RegistryHeader*> check_registry(const Segment& segment) {
@@ -98,6 +106,10 @@ Result<const RegistryHeader*> check_registry(const Segment& segment) {
   if (h->event_ring_offset != 0 && (!within(h->event_ring_offset, h->event_ring_bytes, size) ||
                                     h->event_ring_offset % alignof(EventRingHeader) != 0))
     return outside("the event ring");
+  if (h->disk_offset != 0 &&
+      (h->disk_bytes < sizeof(DiskTierInfo) || !within(h->disk_offset, h->disk_bytes, size) ||
+       h->disk_offset % alignof(DiskTierInfo) != 0))
+    return outside("the disk tier section");
   return h;
 }
 
@@ -128,6 +140,13 @@ Result<EventRingReader> RegistryReader::event_ring() const {
     return Status(ErrorCode::kUnsupported, "the daemon runs without an event ring");
   return EventRingReader::attach(segment_.as<const char>() + header_->event_ring_offset,
                                  header_->event_ring_bytes);
+}
+
+const DiskTierInfo* RegistryReader::disk_info() const {
+  if (header_->disk_offset == 0) return nullptr;
+  const auto* d =
+      reinterpret_cast<const DiskTierInfo*>(segment_.as<const char>() + header_->disk_offset);
+  return d->enabled != 0 ? d : nullptr;
 }
 
 }  // namespace kvpool::shm

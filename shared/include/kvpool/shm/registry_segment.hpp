@@ -7,6 +7,7 @@
 //   RegistryHeader (256 B) | SlotInfo[max_clients]   the clients that may use this pool
 //   | arena (PoolCore state: blocks, hashes, holdings; 4 KiB aligned)
 //   | event ring of this pool with its token area (when configured; 4 KiB aligned)
+//   | DiskTierInfo (layout 4.1; 64 aligned): the pool's disk tier, zero when it has none
 //
 // The slot table is a mirror: the daemon writes a client's SlotInfo into the registry
 // segment of every pool the client may use (Welcome::pool_mask) and leaves it free in the
@@ -27,6 +28,7 @@
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/arena_view.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/disk_tier_info.hpp"
 #include "kvpool/shm/event_ring.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
@@ -56,12 +58,17 @@ struct RegistryHeader {
   // Device pools: what opens the slab (a capability: it stays out of the control segment).
   uint8_t device_uuid[16];
   uint8_t ipc_handle[64];
-  uint8_t reserved[32];
+  // Layout 4.1: where the pool's DiskTierInfo lies (disk_tier_info.hpp). 0 and 0 from a
+  // 4.0 daemon, whose reserved bytes were zero.
+  uint64_t disk_offset;
+  uint64_t disk_bytes;
+  uint8_t reserved[16];
 };
 static_assert(std::is_standard_layout_v<RegistryHeader> &&
               std::is_trivially_copyable_v<RegistryHeader>);
 static_assert(offsetof(RegistryHeader, epoch) == 16 && offsetof(RegistryHeader, name) == 80);
 static_assert(offsetof(RegistryHeader, ipc_handle) == 160);
+static_assert(offsetof(RegistryHeader, disk_offset) == 224);
 static_assert(sizeof(RegistryHeader) == 256);
 
 // Where every part of a registry segment lies.
@@ -71,6 +78,7 @@ struct RegistryLayout {
   uint64_t arena_bytes = 0;
   uint64_t event_ring_offset = 0;  // 0 and 0: no event ring
   uint64_t event_ring_bytes = 0;
+  uint64_t disk_offset = 0;  // DiskTierInfo, always placed (zero: no disk tier)
   uint64_t total_bytes = 0;
 };
 // The one computation of those offsets. kConfigError when the arena cannot be sized.
@@ -92,6 +100,8 @@ class RegistryWriter {
   void* arena() const { return segment_.as<char>() + header().arena_offset; }
   size_t arena_bytes() const { return header().arena_bytes; }
   const EventRingWriter& event_ring() const { return event_ring_; }
+  // The pool's disk tier section: the engine's DiskTier is its one writer.
+  DiskTierInfo& disk_info() const;
   Result<UniqueFd> open_readonly_fd() const { return segment_.open_readonly_fd(); }
 
  private:
@@ -118,6 +128,8 @@ class RegistryReader {
   bool has_event_ring() const { return header_->event_ring_offset != 0; }
   // A reader of this pool's event ring, from its oldest record; kUnsupported when none.
   Result<EventRingReader> event_ring() const;
+  // The pool's disk tier, or null when it has none (or the daemon is of layout 4.0).
+  const DiskTierInfo* disk_info() const;
 
  private:
   Segment segment_;

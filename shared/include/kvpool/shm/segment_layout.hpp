@@ -40,9 +40,10 @@ inline constexpr uint64_t kClientMagic = 0x4B56504F4F4C434Cull;   // "KVPOOLCL"
 // out of the control segment into the pool's own registry segment; the control segment
 // keeps ControlHeader and PoolInfo (its arena_offset/arena_bytes are 0, its device_uuid
 // and ipc_handle zero: the registry header carries them), and ControlHeader's slots_offset
-// and event_ring_offset are 0.
+// and event_ring_offset are 0. Minor 1 of 4: each registry segment ends with the pool's
+// DiskTierInfo (disk_tier_info.hpp; RegistryHeader::disk_offset, in its reserved bytes).
 inline constexpr uint16_t kLayoutMajor = 4;
-inline constexpr uint16_t kLayoutMinor = 0;
+inline constexpr uint16_t kLayoutMinor = 1;
 inline constexpr size_t kNameBytes = 64;  // NUL-terminated names in shm
 
 enum class DaemonState : uint32_t {
