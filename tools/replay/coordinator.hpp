@@ -33,6 +33,10 @@ struct RunResult {
   uint64_t requests = 0, prompt_blocks = 0, matched_blocks = 0, verified_bytes = 0;
   uint64_t verified_blocks = 0, corrupt_blocks = 0, uncached_requests = 0;
   uint64_t kills = 0, replacements = 0;
+  // Of matched_blocks, those the workers' matches onboarded from the disk tier (issue 28
+  // item 6); `onboarded`: the workers asked for it.
+  uint64_t disk_matched_blocks = 0;
+  bool onboarded = false;
   double wall_s = 0;       // from start to the last worker's exit
   double late_p99_ms = 0;  // how far behind the trace's clock requests were started
   std::vector<double> match_us, allocate_us, register_us, release_us;

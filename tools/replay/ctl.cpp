@@ -66,6 +66,14 @@ Result<CtlStatus> ctl_status(const CtlTarget& t, const std::string& pool) {
     s.active = p["active_blocks"].get<uint32_t>();
     s.inactive = p["inactive_blocks"].get<uint32_t>();
     s.evictions = p["evictions"].get<uint64_t>();
+    if (const auto d = p.find("disk"); d != p.end() && d->is_object()) {
+      s.disk_slots = (*d)["slots_total"].get<uint64_t>();
+      s.disk_slots_used = (*d)["slots_used"].get<uint64_t>();
+      s.disk_blocks_written = (*d)["blocks_written"].get<uint64_t>();
+      s.disk_blocks_onboarded = (*d)["blocks_onboarded"].get<uint64_t>();
+      s.disk_write_queue_drops = (*d)["write_queue_drops"].get<uint64_t>();
+      s.disk_path = (*d)["path"].get<std::string>();
+    }
     return s;
   }
   return Status(ErrorCode::kNotFound, "kvpoold has no pool '" + pool + "'");

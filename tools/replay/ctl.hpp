@@ -20,6 +20,10 @@ struct CtlStatus {
   uint64_t reclaimed_clients = 0, reclaimed_blocks = 0;
   uint32_t total = 0, free = 0, mutable_blocks = 0, active = 0, inactive = 0;
   uint64_t evictions = 0;
+  // The pool's disk tier (0 slots: none).
+  uint64_t disk_slots = 0, disk_slots_used = 0, disk_blocks_written = 0;
+  uint64_t disk_blocks_onboarded = 0, disk_write_queue_drops = 0;
+  std::string disk_path;
 };
 
 // `kvpoolctl status --json`, the figures of pool `pool` (the first pool when empty).

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "policy_sim.hpp"
 #include "private_daemon.hpp"
 #include "simulate.hpp"
+#include "tier_sim.hpp"
 #include "trace.hpp"
 #include "worker.hpp"
 
@@ -49,6 +51,9 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --pool NAME           pool to use (default: the daemon's first pool)
   --kvpoold PATH        start a private kvpoold instead, with one pool of:
   --blocks N | --capacity-pct P   N blocks, or P% of the slice's distinct blocks
+  --disk-blocks N | --disk-pct P   a disk tier below the private pool (and the
+                        simulation's second tier): N slots, or P% of the slice's distinct
+                        blocks; its file lives in a temp dir under /var/tmp (docs/disk-tier.md)
   --page-size T         tokens per block of the private pool (default 16; trace blocks are
                         512 tokens, each trace block becomes one pool block of T tokens)
   --shallow-levels L    block priorities: the first L blocks of each prompt get L..1, leaves
@@ -59,6 +64,8 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --json FILE           write the figures (and latency samples) as JSON
   --simulate-only PCTS  no daemon: ceiling and simulated hit rate at these capacities
                         (comma-separated % of distinct blocks, e.g. 2,5,10,20,40)
+  --simulate-only with --disk-blocks/--disk-pct: the two-tier model (host LRU + disk LRU,
+                        tier_sim.hpp): host, disk and total hit rates
   --policy lru|s3fifo   with --simulate-only: a model of the pool with this eviction policy
                         instead of the pool core (lru is Dynamo's order; see policy_sim.hpp)
 )";
@@ -90,10 +97,46 @@ struct Options {
   std::string kvpoold, kvpoolctl = KVPOOL_REPLAY_KVPOOLCTL, json;
   uint32_t blocks = 0, page_size = 16;
   double capacity_pct = 0;
+  uint64_t disk_blocks = 0;  // a disk tier below the pool (private daemon and simulation)
+  double disk_pct = 0;
   double max_sim_gap = -1;  // points; < 0: not checked
   std::vector<double> simulate_pcts;
   std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
 };
+
+// --simulate-only with a disk tier: the two-tier model at each host capacity.
+template <typename WriteJson>
+int simulate_two_tiers(const std::vector<TraceRequest>& reqs, const TraceFigures& tf,
+                       const std::vector<double>& pcts, double token_ms, uint64_t disk_blocks,
+                       nlohmann::json& out, const WriteJson& write_json) {
+  out["simulation"] = nlohmann::json::array();
+  out["disk_blocks"] = disk_blocks;
+  std::printf(
+      "disk tier: %llu slots (%.1f%% of distinct); two-tier model, host LRU + disk LRU "
+      "(ceiling %.1f%%)\n",
+      static_cast<unsigned long long>(disk_blocks),
+      100.0 * double(disk_blocks) / double(tf.distinct_blocks), 100 * tf.ceiling());
+  std::printf("host capacity (%% of distinct)  blocks  host hit  disk hit  total  uncached\n");
+  for (double p : pcts) {
+    uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
+    auto sim = simulate_tiers(reqs, SimOptions{cap, token_ms, 0}, disk_blocks);
+    if (!sim) {
+      std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
+      return 1;
+    }
+    std::printf("%29.1f%%  %6u  %7.1f%%  %7.1f%%  %4.1f%%  %8llu\n", p, cap,
+                100 * sim->host_hit_rate(), 100 * sim->disk_hit_rate(), 100 * sim->hit_rate(),
+                static_cast<unsigned long long>(sim->uncached_requests));
+    out["simulation"].push_back({{"capacity_pct", p},
+                                 {"blocks", cap},
+                                 {"host_hit_rate", sim->host_hit_rate()},
+                                 {"disk_hit_rate", sim->disk_hit_rate()},
+                                 {"hit_rate", sim->hit_rate()},
+                                 {"uncached_requests", sim->uncached_requests}});
+  }
+  write_json();
+  return 0;
+}
 
 int usage_error(const std::string& why) {
   std::fprintf(stderr, "kvpool-replay: %s\n%s", why.c_str(), kUsage);
@@ -175,6 +218,10 @@ int main(int argc, char** argv) {
         o.blocks = static_cast<uint32_t>(std::stoul(v));
       else if (k == "--capacity-pct")
         o.capacity_pct = std::stod(v);
+      else if (k == "--disk-blocks")
+        o.disk_blocks = std::stoull(v);
+      else if (k == "--disk-pct")
+        o.disk_pct = std::stod(v);
       else if (k == "--page-size")
         o.page_size = static_cast<uint32_t>(std::stoul(v));
       else if (k == "--kvpoolctl")
@@ -227,11 +274,17 @@ int main(int argc, char** argv) {
                         {"ceiling", tf.ceiling()},
                         {"span_s", tf.span_s},
                         {"token_ms", o.run.token_ms}};
+  if (o.disk_pct > 0)
+    o.disk_blocks =
+        static_cast<uint64_t>(std::max(1.0, double(tf.distinct_blocks) * o.disk_pct / 100));
   auto write_json = [&] {
     if (o.json.empty()) return;
     std::ofstream(o.json) << out.dump(1) << "\n";
   };
 
+  if (!o.simulate_pcts.empty() && o.disk_blocks > 0)
+    return simulate_two_tiers(reqs, tf, o.simulate_pcts, o.run.token_ms, o.disk_blocks, out,
+                              write_json);
   if (!o.simulate_pcts.empty()) {
     out["simulation"] = nlohmann::json::array();
     std::printf(
@@ -265,7 +318,8 @@ int main(int argc, char** argv) {
       blocks =
           static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
     if (blocks == 0) return usage_error("--kvpoold needs --blocks N or --capacity-pct P");
-    auto d = PrivateDaemon::start(DaemonSpec{o.kvpoold, blocks, o.page_size, 64});
+    auto d = PrivateDaemon::start(
+        DaemonSpec{o.kvpoold, blocks, o.page_size, o.disk_blocks > 0 ? 128u : 64u, o.disk_blocks});
     if (!d) {
       std::fprintf(stderr, "kvpool-replay: %s\n", d.status().to_string().c_str());
       return 1;
@@ -312,6 +366,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
     return 1;
   }
+  // With a disk tier the yardstick is the two-tier model (kvpool's host-only figure is still
+  // checked against simulate(), the pool core itself, when there is no disk).
+  const uint64_t disk_slots = before->disk_slots;
+  std::optional<TierSimResult> tiers;
+  if (disk_slots > 0) {
+    auto t = simulate_tiers(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels},
+                            disk_slots);
+    if (!t) {
+      std::fprintf(stderr, "kvpool-replay: simulation: %s\n", t.status().to_string().c_str());
+      return 1;
+    }
+    tiers = *t;
+    std::printf("disk tier:        %llu slots = %.1f%% of the slice's distinct blocks (%s)\n",
+                static_cast<unsigned long long>(disk_slots),
+                100.0 * double(disk_slots) / double(tf.distinct_blocks), before->disk_path.c_str());
+  }
 
   char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
   if (!::mkdtemp(scratch)) return usage_error("mkdtemp failed");
@@ -338,11 +408,41 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(r.requests),
       static_cast<unsigned long long>(r.uncached_requests),
       static_cast<unsigned long long>(r.kills));
-  std::printf(
-      "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
-      "blocks)\n",
-      100 * hit, 100 * sim->hit_rate(), 100 * tf.ceiling(),
-      static_cast<unsigned long long>(r.prompt_blocks));
+  double sim_hit = sim->hit_rate();
+  // Disk hits: the blocks kvpoold onboarded for the workers' matches (each one onboarded is
+  // handed to the match that asked for it), from its own counters.
+  if (tiers && after)
+    r.disk_matched_blocks = after->disk_blocks_onboarded - before->disk_blocks_onboarded;
+  if (tiers) {
+    sim_hit = tiers->hit_rate();
+    const double disk_hit =
+        r.prompt_blocks ? double(r.disk_matched_blocks) / double(r.prompt_blocks) : 0;
+    std::printf(
+        "hit rate:         kvpool host %.1f%% + disk %.1f%% = %.1f%%   simulation host %.1f%% + "
+        "disk %.1f%% = %.1f%%   ceiling %.1f%%   (of %llu prompt blocks)\n",
+        100 * (hit - disk_hit), 100 * disk_hit, 100 * hit, 100 * tiers->host_hit_rate(),
+        100 * tiers->disk_hit_rate(), 100 * sim_hit, 100 * tf.ceiling(),
+        static_cast<unsigned long long>(r.prompt_blocks));
+    if (!r.onboarded)
+      std::printf(
+          "                  (workers matched host memory only: onboard from disk is not "
+          "wired into this build's workers)\n");
+    if (after)
+      std::printf(
+          "disk tier after:  %llu of %llu slots used, %llu blocks written, %llu onboarded, %llu "
+          "write-queue drops\n",
+          static_cast<unsigned long long>(after->disk_slots_used),
+          static_cast<unsigned long long>(after->disk_slots),
+          static_cast<unsigned long long>(after->disk_blocks_written),
+          static_cast<unsigned long long>(after->disk_blocks_onboarded),
+          static_cast<unsigned long long>(after->disk_write_queue_drops));
+  } else {
+    std::printf(
+        "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
+        "blocks)\n",
+        100 * hit, 100 * sim_hit, 100 * tf.ceiling(),
+        static_cast<unsigned long long>(r.prompt_blocks));
+  }
   std::printf(
       "prefill saved:    %llu blocks (%llu tokens at 512 tokens per trace block) not recomputed\n",
       static_cast<unsigned long long>(r.matched_blocks),
@@ -383,10 +483,10 @@ int main(int argc, char** argv) {
         after->reclaimed_clients <= before->reclaimed_clients)
       r.violations.push_back("workers were killed but kvpoold reclaimed no client");
   }
-  if (o.max_sim_gap >= 0 && std::abs(100 * (hit - sim->hit_rate())) > o.max_sim_gap)
+  if (o.max_sim_gap >= 0 && std::abs(100 * (hit - sim_hit)) > o.max_sim_gap)
     r.violations.push_back("hit rate " + std::to_string(100 * hit) + "% is more than " +
                            std::to_string(o.max_sim_gap) + " points from the simulation's " +
-                           std::to_string(100 * sim->hit_rate()) + "%");
+                           std::to_string(100 * sim_hit) + "%");
   // The first few say what went wrong; a corrupt shared block repeats for every reader.
   for (size_t i = 0; i < r.violations.size() && i < 20; ++i)
     std::printf("VIOLATION: %s\n", r.violations[i].c_str());
@@ -399,7 +499,14 @@ int main(int argc, char** argv) {
   out["speed"] = o.run.speed;
   out["served"] = r.requests;
   out["hit_rate"] = hit;
-  out["simulated_hit_rate"] = sim->hit_rate();
+  out["simulated_hit_rate"] = sim_hit;
+  if (tiers) {
+    out["disk_slots"] = disk_slots;
+    out["disk_hit_rate"] =
+        r.prompt_blocks ? double(r.disk_matched_blocks) / double(r.prompt_blocks) : 0;
+    out["simulated_host_hit_rate"] = tiers->host_hit_rate();
+    out["simulated_disk_hit_rate"] = tiers->disk_hit_rate();
+  }
   out["matched_blocks"] = r.matched_blocks;
   out["uncached_requests"] = r.uncached_requests;
   out["kills"] = r.kills;

@@ -22,14 +22,23 @@ Result<std::unique_ptr<PrivateDaemon>> PrivateDaemon::start(const DaemonSpec& sp
   d->dir_ = tmpl;
   d->instance_ = "replay" + std::to_string(::getpid());
   const std::string cfg = d->dir_ + "/kvpoold.json";
+  std::string disk;
+  if (spec.disk_blocks > 0) {
+    char dtmpl[] = "/var/tmp/kvpool-replay-disk-XXXXXX";
+    if (!::mkdtemp(dtmpl)) return Status(ErrorCode::kInternal, "mkdtemp under /var/tmp failed");
+    d->disk_dir_ = dtmpl;
+    disk = ",\"disk\":{\"path\":\"" + d->disk_dir_ +
+           "/replay.slots\",\"num_blocks\":" + std::to_string(spec.disk_blocks) + "}";
+  }
+  // 4 KiB aligned regions when there is a disk tier: O_DIRECT from the pool's memory.
+  const uint32_t alignment = spec.disk_blocks > 0 ? 4096 : 64;
   std::ofstream(cfg) << "{\"instance\":\"" << d->instance_ << "\",\"runtime_dir\":\"" << d->dir_
                      << "\",\"max_clients\":64,\"log_level\":\"warn\",\"allowed_uids\":["
                      << ::getuid()  // a single-tenant host: no per-uid share of the pool
-                     << "],\"pools\":[{\"name\":\""
-                     << kPool << "\",\"num_blocks\":" << spec.blocks
+                     << "],\"pools\":[{\"name\":\"" << kPool << "\",\"num_blocks\":" << spec.blocks
                      << ",\"layout\":{\"num_layers\":2,\"outer_dim\":2,\"page_size\":"
                      << spec.page_size << ",\"inner_dim\":" << spec.inner_dim
-                     << ",\"dtype_bytes\":2,\"alignment\":64}}]}";
+                     << ",\"dtype_bytes\":2,\"alignment\":" << alignment << "}" << disk << "}]}";
   const std::string log = d->dir_ + "/kvpoold.log";
   d->pid_ = ::fork();
   if (d->pid_ == 0) {
@@ -67,6 +76,7 @@ PrivateDaemon::~PrivateDaemon() {
   }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+  if (!disk_dir_.empty()) std::filesystem::remove_all(disk_dir_, ec);
 }
 
 }  // namespace kvpool::replay

@@ -18,6 +18,9 @@ struct DaemonSpec {
   uint32_t blocks = 0;
   uint32_t page_size = 16;
   uint32_t inner_dim = 64;
+  // > 0: a disk tier of this many slots below the pool, its file in a temp dir under
+  // /var/tmp (a real file system where /tmp is a tmpfs), removed with the daemon.
+  uint64_t disk_blocks = 0;
 };
 
 class PrivateDaemon {
@@ -30,7 +33,7 @@ class PrivateDaemon {
 
  private:
   PrivateDaemon() = default;
-  std::string dir_, instance_;
+  std::string dir_, instance_, disk_dir_;
   pid_t pid_ = -1;
 };
 
