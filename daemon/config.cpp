@@ -244,7 +244,7 @@ void read_dtype(const Json& layout, std::string_view path, PoolConfig& pool) {
 DiskConfig read_disk(const Json& j, std::string_view path) {
   expect_object(j, path);
   reject_unknown_fields(
-      j, path, {"path", "num_blocks", "bytes", "direct_io", "max_inflight_bytes", "admit"});
+      j, path, {"path", "num_blocks", "bytes", "direct_io", "max_inflight_bytes", "admit", "io"});
   DiskConfig d;
   d.enabled = true;
   if (auto it = j.find("path"); it != j.end()) d.path = read_string(*it, child(path, "path"));
@@ -274,6 +274,18 @@ DiskConfig read_disk(const Json& j, std::string_view path) {
       d.admit = DiskAdmit::kSecondHit;
     } else {
       fail(child(path, "admit"), "must be \"all\" or \"second_hit\", got \"" + v + "\"");
+    }
+  }
+  if (auto it = j.find("io"); it != j.end()) {
+    const std::string v = read_string(*it, child(path, "io"));
+    if (v == "auto") {
+      d.io = DiskIoEngine::kAuto;
+    } else if (v == "io_uring") {
+      d.io = DiskIoEngine::kIoUring;
+    } else if (v == "threads") {
+      d.io = DiskIoEngine::kThreads;
+    } else {
+      fail(child(path, "io"), "must be \"auto\", \"io_uring\" or \"threads\", got \"" + v + "\"");
     }
   }
   return d;
@@ -792,6 +804,9 @@ Json disk_json(const DiskConfig& d) {
                                                    : "auto";
   if (d.max_inflight_bytes != 0) j["max_inflight_bytes"] = d.max_inflight_bytes;
   j["admit"] = d.admit == DiskAdmit::kSecondHit ? "second_hit" : "all";
+  j["io"] = d.io == DiskIoEngine::kIoUring   ? "io_uring"
+            : d.io == DiskIoEngine::kThreads ? "threads"
+                                             : "auto";
   return j;
 }
 }  // namespace

@@ -166,8 +166,8 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
   // daemon, within the quotas of that daemon; refused, the blocks would stay out of
   // circulation anyway until the process exits (it may still read them), so refusing
   // frees nothing (docs/security.md).
-  if (admit_ &&
-      (op == proto::Opcode::kMatch || (op == proto::Opcode::kAllocate && fits(*core, rq.count)))) {
+  if (admit_ && (op == proto::Opcode::kMatch || op == proto::Opcode::kMatchOnboard ||
+                 (op == proto::Opcode::kAllocate && fits(*core, rq.count)))) {
     // A match is counted as if every hash hit; an allocation the pool cannot serve anyway
     // gets the pool's own answer (NotEnoughBlocksAvailable).
     KVPOOL_RETURN_IF_ERROR(admit_(owner, rq.pool, rq.count));
@@ -182,7 +182,8 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
       if (st.is_ok()) *count_out = rq.count;
       break;
     }
-    case proto::Opcode::kMatch: {
+    case proto::Opcode::kMatch:
+    case proto::Opcode::kMatchOnboard: {  // the engine continues it on disk (engine_onboard.cpp)
       auto m = core->match(owner, items_as(items, rq.count, hashes_), refs_out);
       if (m) {
         *count_out = *m;

@@ -100,6 +100,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config& config) {
 }
 
 Engine::~Engine() {
+  // A tier finishing its reads as it goes must not call back into what is being destroyed.
+  for (auto& d : disks_)
+    if (d) d->set_onboard_done(nullptr);
   if (!created_) return;
   // The segments are memfds: they go with the last descriptor. Only the socket has a name.
   if (listen_fd_) ::unlink(socket_path_.c_str());
@@ -254,6 +257,9 @@ Status Engine::open_disk_tiers() {
     setup.host_base = p.storage.host_bytes_for_onboard();
     setup.owner = disk_owner();
     setup.published = &control_.registry(i).disk_info();  // kvpoolctl, the exporter
+    setup.backend = p.config.disk.io == DiskIoEngine::kIoUring   ? disk::IoBackend::kUring
+                    : p.config.disk.io == DiskIoEngine::kThreads ? disk::IoBackend::kThreads
+                                                                 : disk::IoBackend::kAuto;
     auto tier = disk::DiskTier::open(setup, p.core);
     if (!tier) return tier.status();
     epoll_event ev{};
@@ -261,9 +267,12 @@ Status Engine::open_disk_tiers() {
     ev.data.u64 = event_tag(kDisk, i);
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, (*tier)->event_fd(), &ev) != 0)
       return io_error("epoll_ctl (disk tier)", errno);
+    (*tier)->set_onboard_done(
+        [this](uint64_t cookie, std::span<const uint64_t> good) { on_onboard_done(cookie, good); });
     tiers[i] = tier->get();
     disks_[i] = std::move(tier.value());
   }
+  undelivered_.resize(sessions_.size());
   if (std::none_of(tiers.begin(), tiers.end(), [](auto* t) { return t != nullptr; }))
     return Status::ok();
   tier_sink_ = std::make_unique<disk::TierSink>(events_.get(), std::move(tiers));
@@ -518,6 +527,11 @@ bool Engine::drain(Session& s, uint32_t budget) {
   bool worked = false;
   uint64_t t_start = 0;  // read only once a record is there: an empty ring costs no clock
   uint64_t t_round = 0;
+  // Deferred answers that found the ring full go first; while they wait, so do its requests.
+  if (!undelivered_.empty() && !undelivered_[s.slot].empty() && !flush_undelivered(s)) {
+    s.backpressured = true;
+    return false;
+  }
   for (uint32_t k = 0; k < budget; ++k) {
     auto r = s.requests->poll();
     if (!r) {
@@ -573,7 +587,13 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     answer = {static_cast<std::byte*>(*claim), answer_bytes};
   }
   const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, req, answer, s.pool_mask);
-  if (type == static_cast<uint32_t>(proto::Opcode::kMatch) && done.code == ErrorCode::kOk &&
+  const bool is_match = type == static_cast<uint32_t>(proto::Opcode::kMatch) ||
+                        type == static_cast<uint32_t>(proto::Opcode::kMatchOnboard);
+  // The prefix continues on disk: the answer goes out when the reads are done.
+  if (type == static_cast<uint32_t>(proto::Opcode::kMatchOnboard) && done.code == ErrorCode::kOk &&
+      defer_match_onboard(s, req, answer.first(done.answer_bytes)))
+    return Outcome::kDone;
+  if (is_match && done.code == ErrorCode::kOk &&
       done.answer_bytes >= sizeof(proto::ResponseHeader)) {
     // A successful answer carries no message: what follows the header is the hits.
     sessions_.bump_slot(
@@ -610,6 +630,8 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
 
 void Engine::shutdown() {
   spdlog::info("kvpoold stopping: telling {} client(s)", sessions_.in_use());
+  for (auto& d : disks_)
+    if (d) d->set_onboard_done(nullptr);  // the clients waiting on reads are told below
   control_.publish_stopping();
   for (auto& s : sessions_) {
     if (s.state == SlotState::kFree) continue;

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/adoption.hpp"
@@ -99,6 +102,18 @@ class Engine {
   uint32_t keeper_owner() const { return config_.max_clients; }
   // The owner the disk tiers hold blocks as while they write or read them.
   uint32_t disk_owner() const { return config_.max_clients + 1; }
+  // ---- kMatchOnboard (engine_onboard.cpp) ----
+  // After the host part of a kMatchOnboard was matched into its claimed `answer`: when the
+  // disk tier holds what follows, takes the claim back, starts the reads and returns true
+  // (the answer goes out when they complete; on_onboard_done). False: publish as a kMatch.
+  bool defer_match_onboard(Session& s, const Dispatcher::Request& req,
+                           std::span<const std::byte> answer);
+  void on_onboard_done(uint64_t cookie, std::span<const uint64_t> good);
+  // Puts an answer on the client's response ring, or keeps it (in order) until there is room.
+  void deliver(Session& s, std::vector<std::byte> answer);
+  bool put_answer(Session& s, std::span<const std::byte> answer);  // false: the ring is full
+  // Sends what deliver() kept for `s`; false while some still wait for room.
+  bool flush_undelivered(Session& s);
 
   Config config_;
   std::string runtime_dir_;
@@ -138,6 +153,23 @@ class Engine {
   std::vector<std::string> previous_registry_names_;  // likewise
   std::string previous_kept_name_;                    // likewise (daemon/kept_processes.hpp)
   PreviousClients previous_;  // the previous daemon's clients that still run
+  // kMatchOnboard answers waiting for their disk reads, by the cookie the tier calls back with.
+  struct DeferredMatch {
+    uint32_t slot = 0;
+    uint32_t generation = 0;  // the session's: a slot reused meanwhile is another client
+    uint64_t correlation_id = 0;
+    uint32_t pool = 0;
+    std::vector<pool::BlockRef> host;  // the host part, the client's references taken
+    std::vector<uint64_t> rest;        // the hashes after it
+  };
+  std::unordered_map<uint64_t, DeferredMatch> deferred_;
+  uint64_t next_deferred_ = 1;
+  // Answers that found their client's response ring full, by slot, oldest first.
+  struct Undelivered {
+    uint32_t generation = 0;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<std::deque<Undelivered>> undelivered_;
 };
 
 }  // namespace kvpool::daemon

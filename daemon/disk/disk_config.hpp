@@ -14,6 +14,10 @@ enum class DirectIo : uint8_t { kAuto, kOn, kOff };
 // "admit": all writes every newly registered block behind; second_hit only a block whose
 // hash was registered or matched once before (spares SSD wear on one-off prompts).
 enum class DiskAdmit : uint8_t { kAll, kSecondHit };
+// "io": auto uses io_uring and falls back to I/O threads (logged once) where the kernel
+// refuses it (a seccomp profile); io_uring refuses to start without it; threads never
+// tries it (a kernel whose io_uring the operator does not trust).
+enum class DiskIoEngine : uint8_t { kAuto, kIoUring, kThreads };
 
 struct DiskConfig {
   bool enabled = false;  // the pool has a "disk" object
@@ -26,6 +30,7 @@ struct DiskConfig {
   // Bytes of writes and reads in flight at once (>= one slot); 0 -> 64 MiB.
   uint64_t max_inflight_bytes = 0;
   DiskAdmit admit = DiskAdmit::kAll;
+  DiskIoEngine io = DiskIoEngine::kAuto;
 
   friend bool operator==(const DiskConfig&, const DiskConfig&) = default;
 };

@@ -1,12 +1,13 @@
 #include "daemon/disk/disk_io.hpp"
 
 #include <liburing.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -69,7 +70,12 @@ class UringIo final : public DiskIo {
   shm::UniqueFd efd_;
 };
 
-// The fallback: a few threads each doing one blocking preadv/pwritev2 at a time.
+// The fallback: a few threads each doing one blocking preadv/pwritev2 at a time. They wait
+// for work on a POSIX semaphore (sem_post is an atomic add and a futex wake), not a
+// condition variable: the engine's submit then never waits for them (glibc's
+// pthread_cond_signal can wait for descheduled waiters of an older group to leave, and
+// std::counting_semaphore of this width waits through a condition variable too), and the
+// mutex is held only to move an op in or out of a queue.
 class ThreadIo final : public DiskIo {
  public:
   ~ThreadIo() override {
@@ -77,12 +83,14 @@ class ThreadIo final : public DiskIo {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    for (size_t i = 0; i < threads_.size(); ++i) ::sem_post(&work_);
     for (auto& t : threads_) t.join();
+    ::sem_destroy(&work_);
   }
   Status init(uint32_t threads) {
     efd_ = shm::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!efd_) return io_error("eventfd", errno);
+    if (::sem_init(&work_, 0, 0) != 0) return io_error("sem_init", errno);
     for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
     return Status::ok();
   }
@@ -92,7 +100,7 @@ class ThreadIo final : public DiskIo {
       std::lock_guard lock(mu_);
       queue_.push_back(op);
     }
-    cv_.notify_one();
+    ::sem_post(&work_);
     return Status::ok();
   }
   void reap(std::vector<IoDone>& out) override {
@@ -105,12 +113,17 @@ class ThreadIo final : public DiskIo {
 
  private:
   void work() {
+    // Named so that an operator (top -H) and the tests (which stop these threads to hold
+    // reads in flight) can tell them from the engine thread.
+    pthread_setname_np(pthread_self(), "kvpool-disk-io");
     for (;;) {
       IoOp op;
+      // One post per op queued (and one per thread at a stop).
+      while (::sem_wait(&work_) != 0 && errno == EINTR) {
+      }
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
+        std::lock_guard lock(mu_);
+        if (stop_ || queue_.empty()) return;
         op = queue_.front();
         queue_.pop_front();
       }
@@ -130,7 +143,7 @@ class ThreadIo final : public DiskIo {
 
   shm::UniqueFd efd_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  sem_t work_{};
   std::deque<IoOp> queue_;
   std::vector<IoDone> done_;
   std::vector<std::thread> threads_;

@@ -338,16 +338,28 @@ std::future<Result<std::vector<ImmutableBlock>>> Pool::register_blocks_async(
 
 Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
     std::span<const SequenceHash> hashes) {
-  auto corr = client_->send(Opcode::kMatch, index_, static_cast<uint32_t>(hashes.size()),
-                            hashes.data(), hashes.size() * sizeof(SequenceHash));
+  return match_sequence_hashes(hashes, MatchOptions{});
+}
+
+Result<std::vector<ImmutableBlock>> Pool::match_sequence_hashes(
+    std::span<const SequenceHash> hashes, const MatchOptions& options) {
+  const Opcode op = options.onboard ? Opcode::kMatchOnboard : Opcode::kMatch;
+  auto corr = client_->send(op, index_, static_cast<uint32_t>(hashes.size()), hashes.data(),
+                            hashes.size() * sizeof(SequenceHash));
   return finish_match(client_, index_, corr, hashes);
 }
 
 std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_async(
     std::span<const SequenceHash> hashes) {
+  return match_sequence_hashes_async(hashes, MatchOptions{});
+}
+
+std::future<Result<std::vector<ImmutableBlock>>> Pool::match_sequence_hashes_async(
+    std::span<const SequenceHash> hashes, const MatchOptions& options) {
   auto c = client_;
   uint32_t pool = index_;
-  auto corr = c->send(Opcode::kMatch, pool, static_cast<uint32_t>(hashes.size()), hashes.data(),
+  const Opcode op = options.onboard ? Opcode::kMatchOnboard : Opcode::kMatch;
+  auto corr = c->send(op, pool, static_cast<uint32_t>(hashes.size()), hashes.data(),
                       hashes.size() * sizeof(SequenceHash));
   // The caller's span may be gone by the time the future is read: keep a copy.
   std::vector<SequenceHash> h(hashes.begin(), hashes.end());

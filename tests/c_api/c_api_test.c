@@ -538,6 +538,25 @@ static void test_allocate_register_match(kvpool_client* c, kvpool_pool* p) {
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_match(p2, NULL, 3, &hit));
   FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_match(p2, hashes, 3, NULL));
 
+  /* Since ABI 1.3: a match with options. onboard on a pool without a disk tier is a plain
+   * match (tests/multiproc/disk_onboard_test.cpp runs it against a disk tier). */
+  kvpool_match_options mo;
+  kvpool_match_options_init(&mo);
+  CHECK(mo.struct_size == sizeof(mo) && mo.onboard == 0);
+  mo.onboard = 1;
+  OK(kvpool_pool_match_with(p2, hashes, 4, &mo, &hit));
+  CHECK(kvpool_immutable_batch_size(hit) == 3);
+  CHECK(kvpool_immutable_block_sequence_hash(kvpool_immutable_batch_at(hit, 2)) == hashes[2]);
+  kvpool_immutable_batch_release(hit);
+  OK(kvpool_pool_match_with(p2, hashes, 4, NULL, &hit));
+  CHECK(kvpool_immutable_batch_size(hit) == 3);
+  kvpool_immutable_batch_release(hit);
+  mo.struct_size = 2;
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "struct_size",
+        kvpool_pool_match_with(p2, hashes, 4, &mo, &hit));
+  FAILS(KVPOOL_ERR_INVALID_ARGUMENT, "NULL", kvpool_pool_match_with(p2, NULL, 3, NULL, &hit));
+  kvpool_match_options_init(NULL);
+
   /* Release order is free: the client handle first, its pool still works. */
   kvpool_client_release(c2);
   OK(kvpool_pool_match(p2, hashes, 3, &hit));
@@ -616,6 +635,15 @@ static void test_async(kvpool_client* c, kvpool_pool* p) {
   CHECK(kvpool_immutable_block_sequence_hash(kvpool_immutable_batch_at(m.immutable_result, 0)) ==
         hashes[0]);
   kvpool_immutable_batch_release(m.immutable_result);
+  kvpool_match_options amo;
+  kvpool_match_options_init(&amo);
+  amo.onboard = 1;
+  completion mw;
+  completion_init(&mw);
+  OK(kvpool_pool_match_with_async(p, hashes, 2, &amo, on_immutable, &mw));
+  CHECK(completion_wait(&mw));
+  CHECK(mw.code == KVPOOL_OK && kvpool_immutable_batch_size(mw.immutable_result) == 2);
+  kvpool_immutable_batch_release(mw.immutable_result);
   kvpool_immutable_batch_release(r.immutable_result);
 
   /* Handles released while a request is in flight: the release waits for the callback. */

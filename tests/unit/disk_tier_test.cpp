@@ -475,13 +475,14 @@ TEST(DiskConfigParse, FieldsAreCheckedLikeEveryOther) {
     return R"({"pools":[{"name":"g2","num_blocks":16,"disk":)" + disk + "}]}";
   };
   auto ok = parse_config(pool_with(
-      R"({"path":"/var/tmp/x.slots","num_blocks":100,"direct_io":"off","max_inflight_bytes":1048576,"admit":"second_hit"})"));
+      R"({"path":"/var/tmp/x.slots","num_blocks":100,"direct_io":"off","max_inflight_bytes":1048576,"admit":"second_hit","io":"threads"})"));
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
   const DiskConfig& d = ok->pools[0].disk;
   EXPECT_TRUE(d.enabled);
   EXPECT_EQ(d.num_blocks, 100u);
   EXPECT_EQ(d.direct_io, DirectIo::kOff);
   EXPECT_EQ(d.admit, DiskAdmit::kSecondHit);
+  EXPECT_EQ(d.io, DiskIoEngine::kThreads);
   auto again = parse_config(config_to_json(*ok));
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(*again, *ok) << "round trip";
@@ -496,6 +497,7 @@ TEST(DiskConfigParse, FieldsAreCheckedLikeEveryOther) {
   bad(R"({})", "pools[0].disk: give exactly one");
   bad(R"({"num_blocks":1,"direct_io":"yes"})", "pools[0].disk.direct_io");
   bad(R"({"num_blocks":1,"admit":"often"})", "pools[0].disk.admit");
+  bad(R"({"num_blocks":1,"io":"aio"})", "pools[0].disk.io");
   bad(R"({"num_blocks":1,"path":"rel/x"})", "pools[0].disk.path: must be an absolute path");
   bad(R"({"num_blocks":1,"speed":3})", "unknown field 'pools[0].disk.speed'");
   auto cuda = parse_config(

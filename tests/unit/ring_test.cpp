@@ -148,6 +148,30 @@ TEST(Ring, RoundTripAndEmpty) {
   c.consume();
 }
 
+// kvpoold takes an answer's claim back when the answer waits for the disk tier: the consumer
+// never sees it, and the records claimed after it take its place.
+TEST(Ring, CancelledClaimsAreNeverSeen) {
+  GuardedRing ring(4096);
+  RingProducer p(ring.header(), 4096);
+  RingConsumer c(ring.header(), 4096);
+  ASSERT_TRUE(send(p, 1, 40));
+  p.publish();
+  ASSERT_TRUE(send(p, 2, 100));
+  ASSERT_TRUE(send(p, 3, 8));
+  p.cancel_claims();
+  EXPECT_EQ(p.publish(), 0u) << "nothing new to publish";
+  ASSERT_TRUE(send(p, 4, 13));
+  p.publish();
+  for (uint32_t want : {1u, 4u}) {
+    Result<RecordView> r = c.poll();
+    ASSERT_TRUE(r) << r.status().to_string();
+    ASSERT_FALSE(r->empty());
+    expect_record(*r, want, want == 1 ? 40 : 13);
+    c.consume();
+  }
+  EXPECT_TRUE(c.poll()->empty());
+}
+
 TEST(Ring, WrapAroundWithVariedSizesAndPadding) {
   GuardedRing ring(4096);
   RingProducer p(ring.header(), 4096);

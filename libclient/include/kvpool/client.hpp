@@ -83,6 +83,19 @@ struct PeerFetchOptions {
   std::string holder;
 };
 
+// How a match looks for the prefix on this host (Pool::match_sequence_hashes).
+struct MatchOptions {
+  // Continue the prefix from the pool's disk tier (docs/disk-tier.md) past what host memory
+  // holds: kvpoold reads those blocks into host blocks (evicting as an allocate does),
+  // verifies each one's checksum, registers them and answers with the longest prefix over
+  // both tiers. The answer waits for the reads (typically a fraction of a millisecond per
+  // block on NVMe); the daemon serves every other call meanwhile. A block whose bytes on
+  // disk fail their checksum, or whose read fails, ends the prefix there (a miss, never a
+  // bad block). A pool without a disk tier answers as a plain match. A kvpoold older than
+  // this library refuses the request (kProtocolError, "unknown opcode 13").
+  bool onboard = false;
+};
+
 struct RegisterOptions {
   // Send each block's checksum (XXH3-64 of its bytes, computed here before sending; see
   // kvpool/core/checksum.hpp) with it, so that kvpoold can tell later that its bytes
@@ -158,6 +171,11 @@ class Pool {
   Result<std::vector<ImmutableBlock>> register_blocks(std::vector<MutableBlock> blocks,
                                                       const RegisterOptions& options);
   Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes);
+  // The same with options: MatchOptions::onboard continues the prefix from the disk tier.
+  Result<std::vector<ImmutableBlock>> match_sequence_hashes(std::span<const SequenceHash> hashes,
+                                                            const MatchOptions& options);
+  std::future<Result<std::vector<ImmutableBlock>>> match_sequence_hashes_async(
+      std::span<const SequenceHash> hashes, const MatchOptions& options);
 
   // The longest prefix of `hashes` found here (host, then disk where the pool has one) and
   // then, for what is missing, on a peer: kvpool-peer fetches it (verified, registered

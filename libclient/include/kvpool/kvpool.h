@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define KVPOOL_ABI_VERSION_MAJOR 1
-#define KVPOOL_ABI_VERSION_MINOR 2
+#define KVPOOL_ABI_VERSION_MINOR 3
 /* (major << 16) | minor: compare with kvpool_abi_version() at run time. */
 #define KVPOOL_ABI_VERSION ((KVPOOL_ABI_VERSION_MAJOR << 16) | KVPOOL_ABI_VERSION_MINOR)
 
@@ -275,6 +275,25 @@ KVPOOL_API kvpool_error_code kvpool_pool_match_peers(kvpool_pool* pool, const ui
                                                      const kvpool_peer_fetch_options* options,
                                                      kvpool_immutable_batch** out);
 
+/* Since ABI 1.3: how a match looks for the prefix on this host (C++ MatchOptions). */
+typedef struct kvpool_match_options {
+  uint32_t struct_size; /* sizeof(kvpool_match_options) */
+  /* nonzero: continue the prefix from the pool's disk tier (docs/disk-tier.md) past what
+   * host memory holds: kvpoold reads those blocks into host blocks, verifies each checksum,
+   * registers them and answers with the longest prefix over both tiers, once the reads are
+   * done (it serves every other call meanwhile). A block that fails its checksum or its
+   * read ends the prefix (a miss, never a bad block). A pool without a disk tier answers
+   * as kvpool_pool_match. */
+  uint32_t onboard;
+} kvpool_match_options;
+/* Fills *options with the defaults (onboard off; struct_size included). */
+KVPOOL_API void kvpool_match_options_init(kvpool_match_options* options);
+/* kvpool_pool_match with options (NULL: the defaults). */
+KVPOOL_API kvpool_error_code kvpool_pool_match_with(kvpool_pool* pool, const uint64_t* hashes,
+                                                    size_t count,
+                                                    const kvpool_match_options* options,
+                                                    kvpool_immutable_batch** out);
+
 /* ---- Pool: completion-based async forms ------------------------------------------------
  * The request is sent before the function returns; the callback runs exactly once, on the
  * client's completion thread (one per client, started on first use), when kvpoold has
@@ -306,6 +325,14 @@ KVPOOL_API kvpool_error_code kvpool_pool_match_peers_async(kvpool_pool* pool,
                                                            const kvpool_peer_fetch_options* options,
                                                            kvpool_immutable_done done,
                                                            void* user_data);
+
+/* Since ABI 1.3: kvpool_pool_match_with, completed on the client's completion thread;
+ * hashes and options are copied before it returns. */
+KVPOOL_API kvpool_error_code kvpool_pool_match_with_async(kvpool_pool* pool, const uint64_t* hashes,
+                                                          size_t count,
+                                                          const kvpool_match_options* options,
+                                                          kvpool_immutable_done done,
+                                                          void* user_data);
 
 /* ---- Mutable blocks ------------------------------------------------------------------ */
 

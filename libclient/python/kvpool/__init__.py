@@ -89,10 +89,12 @@ def _register_blocks_async(self, blocks, send_tokens=False):
     return _collect(self._register_blocks_send(blocks, send_tokens))
 
 
-def _match_sequence_hashes_async(self, hashes, peers=False, deadline_ms=500, holder=""):
+def _match_sequence_hashes_async(self, hashes, peers=False, deadline_ms=500, holder="",
+                                 onboard=False):
     """Sends a match now; await the longest known prefix as ImmutableBlocks (peers=True:
-    continued from another host, as match_sequence_hashes)."""
-    return _collect(self._match_sequence_hashes_send(hashes, peers, deadline_ms, holder))
+    continued from another host; onboard=True: from the pool's disk tier; as
+    match_sequence_hashes)."""
+    return _collect(self._match_sequence_hashes_send(hashes, peers, deadline_ms, holder, onboard))
 
 
 Pool.allocate_blocks_async = _allocate_blocks_async

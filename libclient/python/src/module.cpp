@@ -121,14 +121,22 @@ class PoolObject {
                              meta_);
   }
   PendingImmutables match_send(py::handle hashes, bool peers, uint32_t deadline_ms,
-                               const std::string& holder) {
+                               const std::string& holder, bool onboard) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
-    return PendingImmutables(without_gil([&] {
-                               return peers ? pool_.match_sequence_hashes_async(
-                                                  h, peer_options(deadline_ms, holder))
-                                            : pool_.match_sequence_hashes_async(h);
-                             }),
-                             meta_);
+    check_match_options(peers, onboard);
+    return PendingImmutables(
+        without_gil([&] {
+          return peers ? pool_.match_sequence_hashes_async(h, peer_options(deadline_ms, holder))
+                       : pool_.match_sequence_hashes_async(h, MatchOptions{.onboard = onboard});
+        }),
+        meta_);
+  }
+  // The peer path matches host memory only (docs/peers.md); onboard is the disk tier's.
+  static void check_match_options(bool peers, bool onboard) {
+    if (peers && onboard)
+      throw StatusError(Status(ErrorCode::kInvalidArgument,
+                               "match_sequence_hashes: peers=True and onboard=True cannot be "
+                               "combined (the peer path matches host memory only)"));
   }
   static PeerFetchOptions peer_options(uint32_t deadline_ms, const std::string& holder) {
     PeerFetchOptions o;
@@ -160,11 +168,12 @@ class PoolObject {
   }
 
   ImmutableBlocksObject match_sequence_hashes(py::handle hashes, bool peers, uint32_t deadline_ms,
-                                              const std::string& holder) {
+                                              const std::string& holder, bool onboard) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
+    check_match_options(peers, onboard);
     auto r = without_gil([&] {
       return peers ? pool_.match_sequence_hashes(h, peer_options(deadline_ms, holder))
-                   : pool_.match_sequence_hashes(h);
+                   : pool_.match_sequence_hashes(h, MatchOptions{.onboard = onboard});
     });
     return ImmutableBlocksObject(check(std::move(r)), meta_);
   }
@@ -281,7 +290,8 @@ PYBIND11_MODULE(_kvpool, m) {
       .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"),
            py::arg("send_tokens") = false)
       .def("_match_sequence_hashes_send", &PoolObject::match_send, py::arg("hashes"),
-           py::arg("peers") = false, py::arg("deadline_ms") = 500, py::arg("holder") = "")
+           py::arg("peers") = false, py::arg("deadline_ms") = 500, py::arg("holder") = "",
+           py::arg("onboard") = false)
       .def_property_readonly(
           "dtype",
           [](const PoolObject& p) -> py::object {
@@ -301,11 +311,14 @@ PYBIND11_MODULE(_kvpool, m) {
            "so that KV events carry them (kvpool-events --format vllm: BlockStored.token_ids).")
       .def("match_sequence_hashes", &PoolObject::match_sequence_hashes, py::arg("hashes"),
            py::arg("peers") = false, py::arg("deadline_ms") = 500, py::arg("holder") = "",
+           py::arg("onboard") = false,
            "The longest prefix of `hashes` (ints, or a NumPy uint64 array) the pool holds, as\n"
            "ImmutableBlocks. peers=True: what the pool lacks is fetched from another host's\n"
            "kvpoold through this host's kvpool-peer (docs/peers.md) within deadline_ms; holder\n"
            "'host:port' names the holder's kvpool-peer (else it is looked up). A failure of the\n"
-           "peer path is a shorter prefix, never an error.")
+           "peer path is a shorter prefix, never an error. onboard=True: the prefix continues\n"
+           "from the pool's disk tier past host memory (docs/disk-tier.md): kvpoold reads,\n"
+           "verifies and registers those blocks, and answers once the reads are done.")
       .def("hash_tokens", &pool_hash_tokens, py::arg("tokens"), py::arg("salt") = 0,
            "(block_hashes, sequence_hashes) of the full blocks of `tokens` as this pool hashes\n"
            "them (its page size and hash scheme): the hashes MutableBlock.commit gives blocks\n"

@@ -205,6 +205,26 @@ impl PeerFetchOptions {
     }
 }
 
+/// How a match looks for the prefix on this host (C++ `MatchOptions`).
+#[derive(Clone, Debug, Default)]
+pub struct MatchOptions {
+    /// Continue the prefix from the pool's disk tier (docs/disk-tier.md) past what host
+    /// memory holds: kvpoold reads those blocks into host blocks, verifies each checksum,
+    /// registers them and answers with the longest prefix over both tiers once the reads
+    /// are done. A block that fails its checksum or its read ends the prefix (a miss, never
+    /// a bad block). A pool without a disk tier answers as a plain match.
+    pub onboard: bool,
+}
+
+impl MatchOptions {
+    pub(crate) fn raw(&self) -> ffi::kvpool_match_options {
+        ffi::kvpool_match_options {
+            struct_size: std::mem::size_of::<ffi::kvpool_match_options>() as u32,
+            onboard: self.onboard as u32,
+        }
+    }
+}
+
 pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| {
         Error::new(
@@ -399,6 +419,27 @@ impl Pool {
         let mut out = ptr::null_mut();
         check(unsafe { ffi::kvpool_pool_match(self.inner.ptr, hashes.as_ptr(), hashes.len(), &mut out) })?;
         unsafe { immutables_from_batch(out, &self.meta) }
+    }
+
+    /// [`Pool::match_sequence_hashes`] with options: `onboard` continues the prefix from the
+    /// pool's disk tier.
+    pub fn match_sequence_hashes_with(
+        &self,
+        hashes: &[u64],
+        options: &MatchOptions,
+    ) -> Result<Vec<ImmutableBlock>> {
+        let o = options.raw();
+        let mut out = ptr::null_mut();
+        check(unsafe {
+            ffi::kvpool_pool_match_with(self.inner.ptr, hashes.as_ptr(), hashes.len(), &o, &mut out)
+        })?;
+        unsafe { immutables_from_batch(out, &self.meta) }
+    }
+
+    /// [`Pool::match_sequence_hashes_with`], sent now (hashes copied); completes when
+    /// kvpoold answers (with `onboard`, once the disk reads are done).
+    pub fn match_sequence_hashes_with_async(&self, hashes: &[u64], options: &MatchOptions) -> MatchFuture {
+        MatchFuture::start_with(self, hashes, options)
     }
 
     /// The longest prefix of `hashes` here and then on another host (the peer tier,

@@ -114,6 +114,13 @@ pub struct kvpool_peer_fetch_options {
     pub holder: *const c_char,
 }
 
+/// Since ABI 1.3 (kvpool.h): how a match looks for the prefix on this host.
+#[repr(C)]
+pub struct kvpool_match_options {
+    pub struct_size: u32,
+    pub onboard: u32,
+}
+
 pub type kvpool_immutable_done = extern "C" fn(
     user_data: *mut c_void,
     code: kvpool_error_code,
@@ -186,6 +193,21 @@ extern "C" {
         count: usize,
         options: *const kvpool_peer_fetch_options,
         out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match_with(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        options: *const kvpool_match_options,
+        out: *mut *mut kvpool_immutable_batch,
+    ) -> kvpool_error_code;
+    pub fn kvpool_pool_match_with_async(
+        pool: *mut kvpool_pool,
+        hashes: *const u64,
+        count: usize,
+        options: *const kvpool_match_options,
+        done: kvpool_immutable_done,
+        user_data: *mut c_void,
     ) -> kvpool_error_code;
     pub fn kvpool_pool_match_peers_async(
         pool: *mut kvpool_pool,

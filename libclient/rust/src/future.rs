@@ -142,6 +142,20 @@ impl MatchFuture {
         MatchFuture { shared }
     }
 
+    pub(crate) fn start_with(pool: &Pool, hashes: &[u64], options: &crate::MatchOptions) -> Self {
+        let shared = Shared::new(&pool.meta);
+        let o = options.raw();
+        let user = Arc::into_raw(shared.clone()) as *mut c_void;
+        let rc = unsafe {
+            ffi::kvpool_pool_match_with_async(pool.inner.ptr, hashes.as_ptr(), hashes.len(), &o, on_matched, user)
+        };
+        if rc != ffi::KVPOOL_OK {
+            drop(unsafe { Arc::from_raw(user as *const Shared<ImmutableBlock>) });
+            shared.complete(Err(Error::last(rc)));
+        }
+        MatchFuture { shared }
+    }
+
     pub(crate) fn start_with_peers(pool: &Pool, hashes: &[u64], peers: &crate::PeerFetchOptions) -> Self {
         let shared = Shared::new(&pool.meta);
         let holder = match crate::client::cstring(&peers.holder, "holder") {

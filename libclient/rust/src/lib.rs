@@ -34,7 +34,8 @@ mod hash;
 pub use batch_store::{BatchCompletion, BatchOp, BatchStore, BatchStoreOptions, KeyResult};
 pub use block::{BlockState, ImmutableBlock, MutableBlock};
 pub use client::{
-    Client, ConnectOptions, PeerFetchOptions, DType, Layout, LayoutKind, Pool, PoolCounts, RegisterOptions, Storage,
+    Client, ConnectOptions, PeerFetchOptions, DType, Layout, LayoutKind, MatchOptions, Pool, PoolCounts, RegisterOptions,
+    Storage,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use future::{AllocateFuture, MatchFuture};

@@ -266,3 +266,65 @@ fn a_dead_daemon_fails_each_call_and_the_client_reattaches_when_one_is_back() {
     let again = client.pool("g").unwrap();
     assert_eq!(again.allocate_blocks(2).unwrap().len(), 2);
 }
+
+#[test]
+fn onboard_continues_a_match_from_the_disk_tier() {
+    // A slot file on the real file system (/var/tmp: not a tmpfs), removed at the end.
+    let dir = std::env::temp_dir().join(format!("kvpool-rs-disk-{}", std::process::id()));
+    let dir = if std::path::Path::new("/var/tmp").is_dir() {
+        std::path::PathBuf::from("/var/tmp").join(dir.file_name().unwrap())
+    } else {
+        dir
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let slots = dir.join("g.slots");
+    let d = match Daemon::start_pools(&format!(
+        r#"[{{"name": "g", "num_blocks": 16, "layout":
+           {{"num_layers": 2, "outer_dim": 2, "page_size": 4, "inner_dim": 8, "dtype": "bf16",
+             "alignment": 64}}, "disk": {{"path": "{}", "num_blocks": 64}}}}]"#,
+        slots.display()
+    )) {
+        Some(d) => d,
+        None => return,
+    };
+    let client = d.connect();
+    let pool = client.pool("g").unwrap();
+    let tokens: Vec<u32> = (500..512).collect();
+    let (_, hashes) = pool.hash_tokens(&tokens, 3).unwrap();
+    let mut blocks = pool.allocate_blocks(3).unwrap();
+    for (i, b) in blocks.iter_mut().enumerate() {
+        match i {
+            0 => b.init_sequence(3).unwrap(),
+            _ => b.init_sequence_with_parent(3, hashes[i - 1]).unwrap(),
+        }
+        b.add_tokens(&tokens[i * 4..(i + 1) * 4]).unwrap();
+        b.commit().unwrap();
+        b.region_mut(1, 0).unwrap().fill(40 + i as u8);
+    }
+    drop(pool.register_blocks(blocks).unwrap());
+    // Out of host memory: every evictable block taken by an allocate, until a plain match
+    // finds none of them (the disk tier holds each block until its write is durable).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let c = pool.counts().unwrap();
+        drop(pool.allocate_blocks(c.free + c.inactive));
+        if pool.match_sequence_hashes(&hashes).unwrap().is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the blocks never left host memory");
+        client.ping().unwrap();
+    }
+    let onboard = kvpool::MatchOptions { onboard: true };
+    let hit = pool.match_sequence_hashes_with(&hashes, &onboard).unwrap();
+    assert_eq!(hit.len(), 3);
+    for (i, b) in hit.iter().enumerate() {
+        assert_eq!(b.sequence_hash().unwrap(), hashes[i]);
+        assert!(b.region(1, 0).unwrap().iter().all(|&x| x == 40 + i as u8));
+    }
+    drop(hit);
+    let again = block_on(pool.match_sequence_hashes_with_async(&hashes, &onboard)).unwrap();
+    assert_eq!(again.len(), 3);
+    drop(again);
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -88,4 +88,21 @@ kvpool_error_code kvpool_pool_match_peers_async(kvpool_pool* pool, const uint64_
   });
 }
 
+kvpool_error_code kvpool_pool_match_with_async(kvpool_pool* pool, const uint64_t* hashes,
+                                               size_t count, const kvpool_match_options* options,
+                                               kvpool_immutable_done done, void* user_data) {
+  if (!pool || !done || (!hashes && count > 0))
+    return null_argument("kvpool_pool_match_with_async: pool, hashes and done must not be NULL");
+  MatchOptions o;
+  if (!match_options(options, &o, "kvpool_pool_match_with_async"))
+    return KVPOOL_ERR_INVALID_ARGUMENT;
+  return guarded([&] {
+    complete_later<kvpool_immutable_batch>(
+        *pool->shared,
+        pool->pool.match_sequence_hashes_async(std::span<const SequenceHash>(hashes, count), o),
+        done, user_data);
+    return KVPOOL_OK;
+  });
+}
+
 }  // extern "C"

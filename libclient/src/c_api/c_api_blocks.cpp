@@ -167,6 +167,27 @@ kvpool_error_code kvpool_pool_match_peers(kvpool_pool* pool, const uint64_t* has
   });
 }
 
+void kvpool_match_options_init(kvpool_match_options* options) {
+  if (!options) return;
+  *options = kvpool_match_options{};
+  options->struct_size = sizeof(kvpool_match_options);
+}
+
+kvpool_error_code kvpool_pool_match_with(kvpool_pool* pool, const uint64_t* hashes, size_t count,
+                                         const kvpool_match_options* options,
+                                         kvpool_immutable_batch** out) {
+  if (!pool || !out || (!hashes && count > 0))
+    return null_argument("kvpool_pool_match_with: pool, hashes and out must not be NULL");
+  MatchOptions o;
+  if (!match_options(options, &o, "kvpool_pool_match_with")) return KVPOOL_ERR_INVALID_ARGUMENT;
+  return guarded([&] {
+    auto r = pool->pool.match_sequence_hashes(std::span<const SequenceHash>(hashes, count), o);
+    if (!r) return fail(r.status());
+    *out = new kvpool_immutable_batch{std::move(r.value())};
+    return KVPOOL_OK;
+  });
+}
+
 // ---- Mutable batches and blocks ----------------------------------------------------------
 
 size_t kvpool_mutable_batch_size(const kvpool_mutable_batch* batch) {

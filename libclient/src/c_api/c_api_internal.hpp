@@ -2,6 +2,9 @@
 // function of kvpool.h shares. Internal to libkvpool_c (nothing here is exported).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -104,5 +107,23 @@ inline PeerFetchOptions peer_options(const kvpool_peer_fetch_options* o) {
     if (o->holder != nullptr) p.holder = o->holder;
   }
   return p;
+}
+// kvpool_match_options (NULL: the defaults) as MatchOptions; false (the error recorded)
+// when struct_size is too small. A caller built against an older header passes a shorter
+// struct: the fields it lacks are off.
+inline bool match_options(const kvpool_match_options* o, MatchOptions* out, const char* fn) {
+  kvpool_match_options m{};
+  if (o != nullptr) {
+    if (o->struct_size < offsetof(kvpool_match_options, onboard) + sizeof(m.onboard)) {
+      (void)fail(
+          KVPOOL_ERR_INVALID_ARGUMENT,
+          (std::string(fn) + ": options->struct_size is too small (use kvpool_match_options_init)")
+              .c_str());
+      return false;
+    }
+    std::memcpy(&m, o, std::min<size_t>(o->struct_size, sizeof(m)));
+  }
+  out->onboard = m.onboard != 0;
+  return true;
 }
 }  // namespace kvpool::c_api

@@ -119,8 +119,15 @@ enum class Opcode : uint32_t {
   // count BlockRefs, the block where it was removed, {kNoBlock, 0} where it was no longer
   // registered. Any client of a pool may remove what it can match (one trust domain).
   kRemove = 12,
+  // A kMatch whose prefix may continue on the pool's disk tier (issue 28, docs/disk-tier.md):
+  // payload and answer as kMatch. Where host memory's prefix ends and the disk holds what
+  // follows, kvpoold reads those blocks into new host blocks, verifies their checksums,
+  // registers them, and answers when the reads are done (other requests, this client's
+  // too, are answered meanwhile: match answers by correlation id). A pool without a disk
+  // tier answers as kMatch.
+  kMatchOnboard = 13,
 };
-inline constexpr uint32_t kMaxOpcode = 12;
+inline constexpr uint32_t kMaxOpcode = 13;
 // A kLookup miss and a kRemove no-op in an answer.
 inline constexpr uint32_t kNoBlock = 0xFFFFFFFFu;
 
@@ -285,6 +292,7 @@ inline uint64_t request_item_bytes(Opcode op) {
     case Opcode::kRegister:
       return sizeof(RegisterItem);
     case Opcode::kMatch:
+    case Opcode::kMatchOnboard:
     case Opcode::kLookup:
       return sizeof(uint64_t);
     case Opcode::kReleaseMutable:

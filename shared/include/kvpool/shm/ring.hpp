@@ -104,6 +104,9 @@ class RingProducer {
   // Makes every claimed record visible, then wakes the consumer if it sleeps. Returns the
   // CPU tag of the consumer it woke (shm::ring), 0 when none was asleep.
   uint32_t publish();
+  // Takes back every record claimed since the last publish(): the consumer never sees them
+  // (kvpoold: an answer that waits for the disk tier instead of going out now).
+  void cancel_claims() { claimed_ = published_; }
 
   // Waits until a record of `payload_len` bytes can be claimed (or the ring is found
   // corrupt: try_claim then reports it). See shm::wait() for the poll/timeout contract.
