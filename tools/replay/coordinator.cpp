@@ -142,6 +142,7 @@ class Coordinator {
     if (!o_.runtime_dir.empty()) args.insert(args.end(), {"--runtime-dir", o_.runtime_dir});
     if (o_.corrupt_id >= 0)
       args.insert(args.end(), {"--corrupt-id", std::to_string(o_.corrupt_id)});
+    if (o_.onboard) args.insert(args.end(), {"--onboard", "1"});
     if (start_ns >= 0) args.insert(args.end(), {"--start-ns", std::to_string(start_ns)});
     pid_t pid = ::fork();
     if (pid == 0) {

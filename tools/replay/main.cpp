@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
         w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
       else if (k == "--corrupt-id")
         w.corrupt_id = std::stoll(v);
+      else if (k == "--onboard")
+        w.onboard = v == "1";
     }
     return run_worker(w);
   }
@@ -378,6 +380,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     tiers = *t;
+    o.run.onboard = true;  // the workers continue their prefixes from disk
     std::printf("disk tier:        %llu slots = %.1f%% of the slice's distinct blocks (%s)\n",
                 static_cast<unsigned long long>(disk_slots),
                 100.0 * double(disk_slots) / double(tf.distinct_blocks), before->disk_path.c_str());
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
   o.run.scratch_dir = scratch;
   o.run.self = self_path();
   RunResult r = run_replay(reqs, o.run);
+  r.onboarded = o.run.onboard;
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);
 

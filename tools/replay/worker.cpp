@@ -145,7 +145,7 @@ int run_worker(const WorkerOptions& o) {
     }
     auto hashes = seq->sequence_hashes();
 
-    auto hit = pool->match_sequence_hashes(hashes);
+    auto hit = pool->match_sequence_hashes(hashes, MatchOptions{.onboard = o.onboard});
     const auto t1 = Clock::now();
     if (!hit) {
       gone(hit.status());
