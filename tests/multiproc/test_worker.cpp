@@ -257,7 +257,10 @@ std::string scan_mapped(const std::string& args) {
       if (!needles[k].empty() && mem.find(needles[k]) != std::string_view::npos) found.insert(k);
   }
   std::string list;
-  for (size_t k : found) list += (list.empty() ? "" : ",") + std::to_string(k);
+  for (size_t k : found) {  // piecewise: g++ 12 -O3's false -Wrestrict on "," + string
+    if (!list.empty()) list += ',';
+    list += std::to_string(k);
+  }
   return "OK found=" + list + " mappings=" + std::to_string(mappings);
 }
 
