@@ -116,12 +116,12 @@ nlohmann::json dynamo_config() {
 // memory descriptor in one message, and a client attaches and uses the last of them.
 TEST(Attach, AClientOfAnInstanceWithSixteenPoolsGetsEveryPool) {
   nlohmann::json pools = nlohmann::json::array();
-  for (int i = 0; i < 16; ++i) pools.push_back(host_pool("p" + std::to_string(i), 4));
+  for (int i = 0; i < 16; ++i) pools.push_back(host_pool(std::string("p").append(std::to_string(i)), 4));
   DaemonProcess d(test_config(pools));
   d.start();
   Client c = connect_client(d);
   for (int i = 0; i < 16; ++i) {
-    Pool p = pool_of(c, "p" + std::to_string(i));
+    Pool p = pool_of(c, std::string("p").append(std::to_string(i)));
     auto v = p.allocate_blocks(4);
     ASSERT_TRUE(v) << "pool p" << i << ": " << v.status().to_string();
   }
