@@ -1,8 +1,8 @@
 // Attaching a client (docs/design.md §5): accepting a connection within the caps on those that
 // have not said Hello, vetting the Hello (instance, credentials, allow-lists, slots), and
 // the Welcome that hands a worker its segment, doorbell and the pools' descriptors.
-#include <spdlog/spdlog.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>

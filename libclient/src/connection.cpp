@@ -74,8 +74,8 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& instance
                                static_cast<int>(options.connect_timeout.count()));
   if (!at) return at.status();
   auto ch = shm::ClientChannel::create(
-      *at, shm::ChannelOptions{std::chrono::microseconds(options.poll_us),
-                               options.unresponsive_after});
+      *at,
+      shm::ChannelOptions{std::chrono::microseconds(options.poll_us), options.unresponsive_after});
   if (!ch) return ch.status();
   c->channel_ = std::move(ch.value());
   KVPOOL_RETURN_IF_ERROR(c->map_pools(at->welcome, at->fds, options));
@@ -109,8 +109,8 @@ Status Connection::map_pools(const proto::Welcome& w, std::vector<shm::UniqueFd>
 // One pool as this client sees it. Closed to us by its allow-lists: listed (so pool indices
 // match), never mapped. Host pools: mapped read-write and read-only (immutable blocks'
 // addresses), pinned on request. Device pools: the slab is opened on first use.
-Result<PoolView> Connection::map_pool(const shm::PoolInfo& in, bool usable,
-                                      shm::UniqueFd* data_fd, const ConnectionOptions& options) {
+Result<PoolView> Connection::map_pool(const shm::PoolInfo& in, bool usable, shm::UniqueFd* data_fd,
+                                      const ConnectionOptions& options) {
   shm::PoolInfo info = in;
   info.name[sizeof(info.name) - 1] = '\0';
   auto layout = Layout::create(info.layout);
@@ -143,8 +143,8 @@ Result<PoolView> Connection::map_pool(const shm::PoolInfo& in, bool usable,
   if (options.pin_host_pools) {
     auto pin = cuda::HostRegistration::pin(view.data.data(), view.data.size());
     if (!pin)
-      return Status(pin.status().code(), std::string("pin_host_pools: pool '") + info.name +
-                                             "' (" + std::to_string(view.data.size()) +
+      return Status(pin.status().code(), std::string("pin_host_pools: pool '") + info.name + "' (" +
+                                             std::to_string(view.data.size()) +
                                              " bytes): " + pin.status().message());
     view.pinned = std::make_shared<cuda::HostRegistration>(std::move(pin.value()));
   }

@@ -149,7 +149,7 @@ class Connection : private shm::LeaseWork {
   std::vector<PendingRelease> pending_;
   std::atomic<uint32_t> pending_count_{0};
 
-  std::mutex recv_mutex_;  // the channel's receiving side
+  std::mutex recv_mutex_;               // the channel's receiving side
   std::map<uint64_t, Response> early_;  // answers that arrived for another waiter
   struct Abandoned {
     uint32_t pool;

@@ -92,7 +92,12 @@ Row bench_kvpool(kvpool::BatchStore& store, Pages& p, uint32_t rounds, size_t by
   };
   for (uint32_t r = 0; r < rounds; ++r) {
     for (uint32_t i = 0; i < n; ++i) {
-      names[i] = std::string("r").append(std::to_string(r)).append("-s").append(std::to_string(bytes)).append("-p").append(std::to_string(i));
+      names[i] = std::string("r")
+                     .append(std::to_string(r))
+                     .append("-s")
+                     .append(std::to_string(bytes))
+                     .append("-p")
+                     .append(std::to_string(i));
       keys[i] = kvpool::key_bytes(names[i]);
     }
     s.push_back(run(BatchOp::kSet, in));
@@ -116,7 +121,8 @@ Row bench_redis(const kvpool::bench::RedisServer& server, Pages& p, uint32_t rou
   const uint32_t n = static_cast<uint32_t>(p.src.size());
   std::vector<std::string> names(n);
   for (uint32_t i = 0; i < n; ++i)
-    names[i] = std::string("s").append(std::to_string(bytes)).append("-p").append(std::to_string(i));
+    names[i] =
+        std::string("s").append(std::to_string(bytes)).append("-p").append(std::to_string(i));
   std::vector<double> s, g;
   for (uint32_t r = 0; r < rounds; ++r) {
     auto t0 = Clock::now();

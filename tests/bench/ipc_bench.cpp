@@ -23,9 +23,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <span>
 #include <sstream>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,8 +215,8 @@ enum class Load { kMatch, kMix };
 struct RunSpec {
   int clients = 1;
   Load load = Load::kMatch;
-  bool pinned = false;    // two clients to a core: client i on allowed CPU (i / 2) % cores
-  bool victim = false;    // one more client that calls every millisecond and times each call
+  bool pinned = false;  // two clients to a core: client i on allowed CPU (i / 2) % cores
+  bool victim = false;  // one more client that calls every millisecond and times each call
   double seconds = 1.0;
 };
 
@@ -322,10 +322,10 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
   for (int c = 0; c < total; ++c)
     if (read(ready[0], &b, 1) != 1) break;
   // Everyone attached: one deadline for all (steady_clock is CLOCK_MONOTONIC, shared).
-  const int64_t deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               (Clock::now() + std::chrono::duration<double>(spec.seconds))
-                                   .time_since_epoch())
-                               .count();
+  const int64_t deadline =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          (Clock::now() + std::chrono::duration<double>(spec.seconds)).time_since_epoch())
+          .count();
   for (int c = 0; c < total; ++c) {
     ssize_t w = write(go[1], &deadline, sizeof(deadline));
     (void)w;
@@ -362,8 +362,7 @@ void scaling_table(const char* title, const testsupport::DaemonProcess& d,
       runs[i].push_back(run_clients(d, hashes, spec).ops_per_s);
     }
   std::printf("\n%s (%d runs of %.1f s each, aggregate per second)\n", title, reps, spec.seconds);
-  std::printf("%8s %12s %12s %12s %8s %10s\n", "clients", "median", "min", "max", "spread",
-              "vs 1");
+  std::printf("%8s %12s %12s %12s %8s %10s\n", "clients", "median", "min", "max", "spread", "vs 1");
   const double one = counts.empty() ? 0 : median(runs[0]);
   for (size_t i = 0; i < counts.size(); ++i) {
     const auto [lo, hi] = std::minmax_element(runs[i].begin(), runs[i].end());
@@ -385,7 +384,8 @@ uint64_t cpu_ticks(pid_t pid) {
   if (!p) return 0;
   unsigned long utime = 0, stime = 0;
   // Fields after the name: state (3) ... utime (14), stime (15).
-  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) !=
+      2)
     return 0;
   return utime + stime;
 }
@@ -429,9 +429,10 @@ void idle_cpu(const testsupport::DaemonProcess& d, int quiet, double seconds) {
   close(ready[0]);
   const double tick_ms = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
   auto percent = [&](uint64_t t) { return 100.0 * t * tick_ms / 1000.0 / seconds; };
-  std::printf("\nidle CPU over %.0f s (one tick = %.0f ms): kvpoold %.2f%% of a core, %d quiet "
-              "clients %.2f%% together\n",
-              seconds, tick_ms, percent(d1 - d0), quiet, percent(c1 - c0));
+  std::printf(
+      "\nidle CPU over %.0f s (one tick = %.0f ms): kvpoold %.2f%% of a core, %d quiet "
+      "clients %.2f%% together\n",
+      seconds, tick_ms, percent(d1 - d0), quiet, percent(c1 - c0));
 }
 
 }  // namespace
@@ -505,8 +506,9 @@ int main(int argc, char** argv) {
       p99.push_back(rr.victim_p99);
       agg.push_back(rr.ops_per_s);
     }
-    std::printf("  beside %2d flat-out clients: p50 %8.1f us, p99 %8.1f us (others: %.0f matches/s)\n",
-                n, median(p50), median(p99), median(agg));
+    std::printf(
+        "  beside %2d flat-out clients: p50 %8.1f us, p99 %8.1f us (others: %.0f matches/s)\n", n,
+        median(p50), median(p99), median(agg));
   }
   if (a.idle_seconds > 0) idle_cpu(d, 4, a.idle_seconds);
   d.kill(SIGTERM);

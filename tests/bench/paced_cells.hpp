@@ -22,7 +22,7 @@ enum BackendId {
 };
 inline constexpr const char* kBackendNames[kBackends] = {
     "libkvpool",   "kvpoold-ring",  "unix-socket", "redis",
-    "futex-floor", "eventfd-floor", "pipe-floor", "in-process"};
+    "futex-floor", "eventfd-floor", "pipe-floor",  "in-process"};
 inline bool is_floor(int backend) {
   return backend == kFutexFloor || backend == kEventfdFloor || backend == kPipeFloor;
 }

@@ -31,7 +31,9 @@ class FloorServer {
   FloorServer& operator=(const FloorServer&) = delete;
 
   const char* name() const {
-    return kind_ == Kind::kFutex ? "futex-floor" : kind_ == Kind::kEventfd ? "eventfd-floor" : "pipe-floor";
+    return kind_ == Kind::kFutex     ? "futex-floor"
+           : kind_ == Kind::kEventfd ? "eventfd-floor"
+                                     : "pipe-floor";
   }
   pid_t pid() const { return pid_; }
   // One request and its answer for client `slot` (0..kMaxClients-1, one process per slot),

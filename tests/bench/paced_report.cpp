@@ -119,7 +119,8 @@ void print_tables(Results& results, const std::vector<Placement>& placements,
       "Cells: p50 / p99 in us. Placements: unpinned; split = server and client on different "
       "cores; same = both on one core; clients4 = 4 client processes at once (their samples "
       "pooled).\n"
-      "Floors: a request/answer round trip to a parked process (futex / eventfd / pipe), no pool work, "
+      "Floors: a request/answer round trip to a parked process (futex / eventfd / pipe), no pool "
+      "work, "
       "paced the same way. in-process: PoolCore alone, at that gap, in the first placement.\n",
       blocks, blocks / 2);
   for (int op : ops) {

@@ -116,7 +116,8 @@ nlohmann::json dynamo_config() {
 // memory descriptor in one message, and a client attaches and uses the last of them.
 TEST(Attach, AClientOfAnInstanceWithSixteenPoolsGetsEveryPool) {
   nlohmann::json pools = nlohmann::json::array();
-  for (int i = 0; i < 16; ++i) pools.push_back(host_pool(std::string("p").append(std::to_string(i)), 4));
+  for (int i = 0; i < 16; ++i)
+    pools.push_back(host_pool(std::string("p").append(std::to_string(i)), 4));
   DaemonProcess d(test_config(pools));
   d.start();
   Client c = connect_client(d);

@@ -4,8 +4,8 @@
 //    AllocatedIt), so that the daemon's own check is what is tested.
 //  - Adoption: `kvpoold --supervise` keeps the segments across a kill -9 of its child (the
 //    same descriptor-store protocol as systemd's); the next child adopts the host pools.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -84,8 +84,9 @@ Result<RawResponse> RawConnection::wait(uint64_t correlation_id) {
     early_.erase(it);
     return r;
   }
-  return channel_->wait(correlation_id,
-                        [this](uint64_t corr, RawResponse&& r) { early_.emplace(corr, std::move(r)); });
+  return channel_->wait(correlation_id, [this](uint64_t corr, RawResponse&& r) {
+    early_.emplace(corr, std::move(r));
+  });
 }
 
 }  // namespace kvpool::testsupport

@@ -87,10 +87,10 @@ struct FakeDaemon {
   // An answer of `payload_len` bytes: a ResponseHeader for `corr` with `refs`, cut or padded.
   void answer(uint64_t corr, std::vector<proto::BlockRef> refs, ErrorCode code = ErrorCode::kOk,
               uint32_t count_claimed = UINT32_MAX) {
-    proto::ResponseHeader h{corr, static_cast<uint16_t>(code), 0,
-                            count_claimed == UINT32_MAX ? static_cast<uint32_t>(refs.size())
-                                                        : count_claimed,
-                            0, 0};
+    proto::ResponseHeader h{
+        corr, static_cast<uint16_t>(code),
+        0,    count_claimed == UINT32_MAX ? static_cast<uint32_t>(refs.size()) : count_claimed,
+        0,    0};
     const uint32_t len = static_cast<uint32_t>(sizeof(h) + refs.size() * sizeof(proto::BlockRef));
     auto c = responses->try_claim(1, len);
     ASSERT_TRUE(c.is_ok() && *c);
@@ -186,7 +186,8 @@ TEST(ClientChannel, AnswersForOtherCallersAreHandedOverInTheOrderTheyCame) {
   d.answer(corrs[0], {{5, 1}});
   d.answer(corrs[1], {{6, 1}, {6, 2}});
   std::vector<std::pair<uint64_t, uint32_t>> others;
-  auto r = ch->wait(corrs[1], [&](uint64_t c, Answer&& a) { others.emplace_back(c, a.refs[0].id); });
+  auto r =
+      ch->wait(corrs[1], [&](uint64_t c, Answer&& a) { others.emplace_back(c, a.refs[0].id); });
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->refs.size(), 2u);
   EXPECT_EQ(r->refs[1], (proto::BlockRef{6, 2}));

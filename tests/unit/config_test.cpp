@@ -198,7 +198,8 @@ TEST(Config, OutOfRangeScalarsNameTheirField) {
   expect_config_error(R"({"spin_iterations": 200})",
                       "spin_iterations: was replaced by \"poll_us\"");
   expect_config_error(R"({"max_clients": 8, "max_clients_per_uid": 9})",
-                      "max_clients_per_uid: must be 0 (uid_share_percent of max_clients) or at most max_clients (8)");
+                      "max_clients_per_uid: must be 0 (uid_share_percent of max_clients) or at "
+                      "most max_clients (8)");
   expect_config_error(R"({"max_pending_connections": 4, "max_pending_per_uid": 5})",
                       "max_pending_per_uid: need 1 <= max_pending_per_uid");
   expect_config_error(R"({"attach_timeout_ms": 1})", "attach_timeout_ms: must be 10..600000");

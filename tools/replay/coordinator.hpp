@@ -26,7 +26,7 @@ struct RunOptions {
   double kill_interval_s = 0;
   int max_kills = -1;  // -1: no limit
   uint64_t seed = 1;
-  bool onboard = false;  // workers match with MatchOptions::onboard (a pool with a disk tier)
+  bool onboard = false;     // workers match with MatchOptions::onboard (a pool with a disk tier)
   std::string scratch_dir;  // where the per-worker request files go
 };
 

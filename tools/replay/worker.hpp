@@ -27,7 +27,7 @@ struct WorkerOptions {
   double speed = 1;
   double token_ms = 10;
   uint32_t shallow_levels = 0;
-  bool onboard = false;  // match with MatchOptions::onboard: continue the prefix from disk
+  bool onboard = false;     // match with MatchOptions::onboard: continue the prefix from disk
   int64_t corrupt_id = -1;  // test hook: flip a byte of the block filled for this trace id  //
                             // block priorities, see block_priority() in simulate.hpp
 };

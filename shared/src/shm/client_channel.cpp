@@ -93,8 +93,8 @@ Status ClientChannel::start(LeaseWork* work) {
   lease_thread_ = std::thread([this, work, &locked] {
     const LockResult lr = lock(client_header()->lease);
     if (lr != LockResult::kAcquired && lr != LockResult::kOwnerDied) {
-      locked.set_value(Status(ErrorCode::kInternal, "cannot take the lease mutex: " +
-                                                        std::string(lock_result_name(lr))));
+      locked.set_value(Status(ErrorCode::kInternal,
+                              "cannot take the lease mutex: " + std::string(lock_result_name(lr))));
       return;
     }
     locked.set_value(Status::ok());
