@@ -41,7 +41,10 @@ bool Engine::defer_match_onboard(Session& s, const Dispatcher::Request& req,
   m.correlation_id = req.rq.correlation_id;
   m.pool = pool;
   m.host.resize(h.count);
-  std::memcpy(m.host.data(), answer.data() + sizeof(h), h.count * sizeof(pool::BlockRef));
+  // No host prefix leaves m.host without storage, and memcpy from/to null is undefined even
+  // for 0 bytes (UBSan's nonnull check).
+  if (h.count != 0)
+    std::memcpy(m.host.data(), answer.data() + sizeof(h), h.count * sizeof(pool::BlockRef));
   m.rest.assign(rest.begin(), rest.end());
   std::vector<std::byte> host_answer(answer.begin(), answer.end());
   s.responses->cancel_claims();
