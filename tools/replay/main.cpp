@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cold_restart.hpp"
 #include "coordinator.hpp"
 #include "ctl.hpp"
 #include "final_checks.hpp"
@@ -58,6 +59,10 @@ const char* kUsage = R"(usage: kvpool-replay [options]
                         512 tokens, each trace block becomes one pool block of T tokens)
   --shallow-levels L    block priorities: the first L blocks of each prompt get L..1, leaves
                         are evicted first (default 0: Dynamo's default, all priority 0)
+  --cold-restart-at F   with --kvpoold and a disk tier: replay the first fraction F of the
+                        slice, kill -9 kvpoold once it is quiet, start it again cold (empty
+                        host pool, disk index rebuilt from the file), replay the rest; hit
+                        rates per phase and tier against the two-tier model of the same
   --kvpoolctl PATH      kvpoolctl used for the final checks
   --max-sim-gap P       fail when kvpool's hit rate is more than P points from the simulation's
   --inject-corrupt-id ID  test hook: whoever fills trace block ID writes one wrong byte
@@ -100,6 +105,7 @@ struct Options {
   uint64_t disk_blocks = 0;  // a disk tier below the pool (private daemon and simulation)
   double disk_pct = 0;
   double max_sim_gap = -1;  // points; < 0: not checked
+  double cold_restart_at = 0;  // > 0: fraction of the slice replayed before a cold restart
   std::vector<double> simulate_pcts;
   std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
 };
@@ -238,6 +244,8 @@ int main(int argc, char** argv) {
         o.run.corrupt_id = std::stoll(v);
       else if (k == "--max-sim-gap")
         o.max_sim_gap = std::stod(v);
+      else if (k == "--cold-restart-at")
+        o.cold_restart_at = std::stod(v);
       else if (k == "--simulate-only") {
         for (size_t p = 0; p < v.size();) {
           size_t c = v.find(',', p);
@@ -362,6 +370,21 @@ int main(int argc, char** argv) {
       o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin", o.run.speed,
       tf.span_s / o.run.speed, o.run.token_ms, kill_every.c_str());
   std::fflush(stdout);
+
+  if (o.cold_restart_at > 0) {
+    const auto cut = static_cast<size_t>(std::llround(o.cold_restart_at * double(reqs.size())));
+    if (!daemon || before->disk_slots == 0 || o.cold_restart_at >= 1 || cut == 0 ||
+        cut >= reqs.size() || o.run.shallow_levels != 0 || o.run.kill_interval_s > 0)
+      return usage_error(
+          "--cold-restart-at F needs --kvpoold with a disk tier, 0 < F < 1 leaving requests on "
+          "both sides, and no --shallow-levels or --kill-interval");
+    o.run.self = self_path();
+    const int rc = replay_with_cold_restart(
+        reqs, ColdRestartPlan{cut, capacity, before->disk_slots, o.max_sim_gap}, o.run, ctl,
+        *daemon, out);
+    write_json();
+    return rc;
+  }
 
   auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels});
   if (!sim) {

@@ -54,19 +54,21 @@ class Model {
     }
     return true;
   }
-  // Last first, as PoolCore::release_immutable does with a batch.
+  // In the client's batches, each last first (release_in_client_batches, simulate.hpp).
   void release(const std::vector<uint64_t>& ids) {
-    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-      Entry& e = cached_.at(*it);
-      if (--e.refs == 0) {
-        ++inactive_;
-        if (!s3_) {
-          lru_.push_back(*it);
-          e.lru_pos = std::prev(lru_.end());
-          e.in_lru = true;
+    release_in_client_batches<uint64_t>(ids, [&](std::span<const uint64_t> batch) {
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+        Entry& e = cached_.at(*it);
+        if (--e.refs == 0) {
+          ++inactive_;
+          if (!s3_) {
+            lru_.push_back(*it);
+            e.lru_pos = std::prev(lru_.end());
+            e.in_lru = true;
+          }
         }
       }
-    }
+    });
   }
   uint64_t evictions() const { return evictions_; }
 

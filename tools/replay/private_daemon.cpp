@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "kvpool/client.hpp"
 
@@ -39,27 +41,45 @@ Result<std::unique_ptr<PrivateDaemon>> PrivateDaemon::start(const DaemonSpec& sp
                      << ",\"layout\":{\"num_layers\":2,\"outer_dim\":2,\"page_size\":"
                      << spec.page_size << ",\"inner_dim\":" << spec.inner_dim
                      << ",\"dtype_bytes\":2,\"alignment\":" << alignment << "}" << disk << "}]}";
-  const std::string log = d->dir_ + "/kvpoold.log";
-  d->pid_ = ::fork();
-  if (d->pid_ == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  d->config_ = cfg;
+  d->kvpoold_ = spec.kvpoold;
+  KVPOOL_RETURN_IF_ERROR(d->launch());
+  return d;
+}
+
+Status PrivateDaemon::launch() {
+  const std::string log = dir_ + "/kvpoold.log";
+  // No supervisor of ours: kvpoold must not hand its descriptors to one the replay runs
+  // under, nor adopt any (so a restart of this daemon is cold for host memory).
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string v = *e;
+    if (v.rfind("NOTIFY_SOCKET=", 0) != 0 && v.rfind("LISTEN_", 0) != 0) env.push_back(v);
+  }
+  std::vector<char*> envp;
+  for (auto& v : env) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
     }
-    ::execl(spec.kvpoold.c_str(), spec.kvpoold.c_str(), "--config", cfg.c_str(),
-            static_cast<char*>(nullptr));
+    ::execle(kvpoold_.c_str(), kvpoold_.c_str(), "--config", config_.c_str(),
+             static_cast<char*>(nullptr), envp.data());
     _exit(127);
   }
+  if (pid_ < 0) return Status(ErrorCode::kInternal, "fork failed");
   // Up when a client can attach; bounded, and a daemon that exits says why in its log.
   ConnectOptions co;
-  co.runtime_dir = d->dir_;
+  co.runtime_dir = dir_;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (Client::connect(d->instance_, co)) return d;
+    if (Client::connect(instance_, co)) return Status::ok();
     int st;
-    if (::waitpid(d->pid_, &st, WNOHANG) == d->pid_) {
-      d->pid_ = -1;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
       std::ifstream in(log);
       std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       return Status(ErrorCode::kInternal, "kvpoold exited at start: " + why);
@@ -67,6 +87,14 @@ Result<std::unique_ptr<PrivateDaemon>> PrivateDaemon::start(const DaemonSpec& sp
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // poll interval
   }
   return Status(ErrorCode::kTimeout, "kvpoold did not accept clients within 20 s");
+}
+
+Status PrivateDaemon::kill_and_restart_cold() {
+  if (pid_ <= 0) return Status(ErrorCode::kInternal, "the private kvpoold is not running");
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  return launch();
 }
 
 PrivateDaemon::~PrivateDaemon() {

@@ -1,6 +1,7 @@
 // A kvpoold of the replay's own (--kvpoold PATH): a fresh instance in a temp directory with
 // one host pool of the capacity asked for, started and waited for (bounded), stopped with
-// SIGTERM at the end. Without --kvpoold the replay uses a kvpoold that is already running.
+// SIGTERM at the end (or killed and started cold again in the middle: --cold-restart-at).
+// Without --kvpoold the replay uses a kvpoold that is already running.
 #pragma once
 
 #include <sys/types.h>
@@ -30,10 +31,15 @@ class PrivateDaemon {
   const std::string& instance() const { return instance_; }
   const std::string& runtime_dir() const { return dir_; }
   static constexpr const char* kPool = "replay";
+  // kill -9, then a start over the same configuration and disk file. The daemon runs
+  // without a supervisor, so its host pool's memory died with it: the new one starts with
+  // an empty host pool and rebuilds its disk index from the file (a cold start).
+  Status kill_and_restart_cold();
 
  private:
   PrivateDaemon() = default;
-  std::string dir_, instance_, disk_dir_;
+  Status launch();  // starts kvpoold and waits (bounded) until a client can attach
+  std::string dir_, instance_, disk_dir_, config_, kvpoold_;
   pid_t pid_ = -1;
 };
 

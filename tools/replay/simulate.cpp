@@ -41,7 +41,11 @@ Result<SimResult> simulate(const std::vector<TraceRequest>& requests, const SimO
   auto release_until = [&](double t) -> Status {
     while (!holds.empty() && holds.top().until_ms <= t) {
       const Hold& h = holds.top();
-      KVPOOL_RETURN_IF_ERROR(core->release_immutable(0, h.blocks));
+      Status st = Status::ok();
+      release_in_client_batches<pool::BlockRef>(h.blocks, [&](std::span<const pool::BlockRef> b) {
+        if (st.is_ok()) st = core->release_immutable(0, b);
+      });
+      KVPOOL_RETURN_IF_ERROR(st);
       holds.pop();
     }
     return Status::ok();

@@ -5,7 +5,9 @@
 // every block until t + output_length x token_ms, when it releases them as one batch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kvpool/core/status.hpp"
@@ -37,6 +39,19 @@ struct SimResult {
     return prompt_blocks ? double(matched_blocks) / double(prompt_blocks) : 0;
   }
 };
+
+// How a worker's release of a request's blocks reaches the pool core: the worker drops them
+// in prompt order, libkvpool queues the releases and sends them in batches of 64
+// (kReleaseBatch, libclient/src/connection.cpp), and the pool core takes each batch last
+// first (PoolCore::release_immutable), so a batch's last block becomes the first to evict.
+// Every model releases through this, so that long prompts (over 64 blocks: 828 requests of
+// the conversation trace) enter the eviction order as they do in kvpoold.
+inline constexpr size_t kClientReleaseBatch = 64;
+template <typename T, typename Release>
+void release_in_client_batches(std::span<const T> blocks, const Release& release) {
+  for (size_t at = 0; at < blocks.size(); at += kClientReleaseBatch)
+    release(blocks.subspan(at, std::min(kClientReleaseBatch, blocks.size() - at)));
+}
 
 // The sequence hash the simulation uses for a trace block id (ids already name chains).
 inline uint64_t sim_hash(uint64_t id) { return id * 0x9E3779B97F4A7C15ull + 1; }

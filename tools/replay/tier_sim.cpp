@@ -1,6 +1,7 @@
 #include "tier_sim.hpp"
 
 #include <list>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 
@@ -14,11 +15,11 @@ class HostTier {
   explicit HostTier(uint64_t capacity) : cap_(capacity) {}
 
   bool cached(uint64_t id) const { return blocks_.count(id) != 0; }
-  // Longest cached prefix from `from`; each hit takes a reference.
-  size_t match(const std::vector<uint64_t>& ids) {
-    size_t n = 0;
+  // The cached run of ids from `from` on; each hit takes a reference.
+  size_t match(const std::vector<uint64_t>& ids, size_t from) {
+    size_t n = from;
     while (n < ids.size() && cached(ids[n])) take(blocks_.at(ids[n++]));
-    return n;
+    return n - from;
   }
   uint64_t available() const { return cap_ - blocks_.size() + inactive_; }
   // Registers ids[k] (k in [from, to)) into host memory; the caller checked available().
@@ -36,16 +37,18 @@ class HostTier {
     }
     return stored;
   }
-  // Last first, as PoolCore::release_immutable does with a batch.
+  // In the client's batches, each last first (release_in_client_batches, simulate.hpp).
   void release(const std::vector<uint64_t>& ids) {
-    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-      Entry& e = blocks_.at(*it);
-      if (--e.refs == 0) {
-        ++inactive_;
-        lru_.push_back(*it);
-        e.pos = std::prev(lru_.end());
+    release_in_client_batches<uint64_t>(ids, [&](std::span<const uint64_t> batch) {
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+        Entry& e = blocks_.at(*it);
+        if (--e.refs == 0) {
+          ++inactive_;
+          lru_.push_back(*it);
+          e.pos = std::prev(lru_.end());
+        }
       }
-    }
+    });
   }
   uint64_t evictions() const { return evictions_; }
 
@@ -73,7 +76,8 @@ class HostTier {
   std::list<uint64_t> lru_;
 };
 
-// The disk tier: an LRU over slots, touched at write and read.
+// The disk tier: an LRU over slots, touched at write and read; each slot remembers its
+// write sequence, the order a start rebuilds.
 class DiskTierModel {
  public:
   explicit DiskTierModel(uint64_t slots) : slots_(slots) {}
@@ -82,21 +86,28 @@ class DiskTierModel {
   void write(uint64_t id) {
     if (slots_ == 0 || has(id)) return;
     if (where_.size() == slots_) {
-      where_.erase(order_.front());
+      where_.erase(order_.front().id);
       order_.pop_front();
       ++evictions_;
     }
-    order_.push_back(id);
+    order_.push_back(Slot{id, ++writes_});
     where_[id] = std::prev(order_.end());
-    ++writes_;
+  }
+  // A start: DiskIndex::load puts the slots found in write-sequence order.
+  void restart() {
+    order_.sort([](const Slot& a, const Slot& b) { return a.write_seq < b.write_seq; });
   }
   uint64_t evictions() const { return evictions_; }
   uint64_t writes() const { return writes_; }
 
  private:
+  struct Slot {
+    uint64_t id;
+    uint64_t write_seq;
+  };
   uint64_t slots_;
-  std::list<uint64_t> order_;
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;
+  std::list<Slot> order_;
+  std::unordered_map<uint64_t, std::list<Slot>::iterator> where_;
   uint64_t evictions_ = 0, writes_ = 0;
 };
 
@@ -109,50 +120,118 @@ struct Hold {
   }
 };
 
-}  // namespace
+class TwoTiers {
+ public:
+  TwoTiers(const SimOptions& o, uint64_t disk_blocks)
+      : o_(o), host_(std::make_unique<HostTier>(o.capacity)), disk_(disk_blocks) {}
 
-Result<TierSimResult> simulate_tiers(const std::vector<TraceRequest>& requests,
-                                     const SimOptions& options, uint64_t disk_blocks) {
-  if (options.shallow_levels != 0)
-    return Status(ErrorCode::kInvalidArgument,
-                  "the two-tier model has one priority (--shallow-levels 0)");
-  HostTier host(options.capacity);
-  DiskTierModel disk(disk_blocks);
-  TierSimResult out;
-  std::priority_queue<Hold, std::vector<Hold>, std::greater<>> holds;
-  uint64_t order = 0;
-  auto release_until = [&](double t) {
-    while (!holds.empty() && holds.top().until_ms <= t) {
-      host.release(holds.top().ids);
-      holds.pop();
-    }
-  };
-  for (const auto& r : requests) {
+  void serve(const TraceRequest& r, TierSimResult& out) {
     const double t = static_cast<double>(r.timestamp_ms);
     release_until(t);
-    out.prompt_blocks += r.ids.size();
-    const size_t in_host = host.match(r.ids);
-    size_t on_disk = in_host;
-    while (on_disk < r.ids.size() && disk.has(r.ids[on_disk])) ++on_disk;
-    std::vector<uint64_t> held(r.ids.begin(), r.ids.begin() + in_host);
-    // Onboard and the new blocks need host blocks together (all or nothing, as allocate).
-    if (in_host < r.ids.size()) {
-      if (host.available() >= r.ids.size() - in_host) {
-        for (uint64_t id : host.insert(r.ids, in_host, r.ids.size())) disk.write(id);
-        for (size_t k = in_host; k < on_disk; ++k) disk.touch(r.ids[k]);  // read: touched
-        out.disk_hits += on_disk - in_host;
-        held = r.ids;
+    const std::vector<uint64_t>& ids = r.ids;
+    out.prompt_blocks += ids.size();
+    const size_t in_host = host_->match(ids, 0);
+    size_t matched = in_host, onboarded = 0, after = 0;
+    // Onboard (Engine::defer_match_onboard, DiskTier::start_onboard): the disk run after
+    // the host prefix, as far as free + inactive host blocks go; then host memory again.
+    size_t disk_run = 0;
+    while (in_host + disk_run < ids.size() && disk_.has(ids[in_host + disk_run])) ++disk_run;
+    onboarded = std::min<uint64_t>(disk_run, host_->available());
+    if (onboarded > 0) {
+      for (size_t k = in_host; k < in_host + onboarded; ++k) disk_.touch(ids[k]);
+      host_->insert(ids, in_host, in_host + onboarded);  // already on disk: nothing written
+      after = host_->match(ids, in_host + onboarded);
+      matched = in_host + onboarded + after;
+    }
+    out.host_hits += in_host + after;
+    out.disk_hits += onboarded;
+    // The worker allocates the rest, all or nothing, and registers it (written behind).
+    size_t held = matched;
+    if (matched < ids.size()) {
+      if (host_->available() >= ids.size() - matched) {
+        for (uint64_t id : host_->insert(ids, matched, ids.size())) disk_.write(id);
+        held = ids.size();
       } else {
         ++out.uncached_requests;
       }
     }
-    out.host_hits += in_host;
-    holds.push(Hold{t + r.output_length * options.token_ms, order++, std::move(held)});
+    holds_.push(Hold{t + r.output_length * o_.token_ms, order_++,
+                     std::vector<uint64_t>(ids.begin(), ids.begin() + held)});
   }
-  release_until(1e300);
-  out.host_evictions = host.evictions();
-  out.disk_evictions = disk.evictions();
-  out.disk_writes = disk.writes();
+
+  // Every hold released (the workers are gone), then host memory starts empty.
+  void cold_restart() {
+    release_until(1e300);
+    host_evictions_before_ += host_->evictions();
+    host_ = std::make_unique<HostTier>(o_.capacity);
+    disk_.restart();
+  }
+
+  void finish(TierSimResult& out, const TierSimResult* before) {
+    release_until(1e300);
+    out.host_evictions = host_evictions_before_ + host_->evictions();
+    out.disk_evictions = disk_.evictions();
+    out.disk_writes = disk_.writes();
+    if (before) {  // this phase only
+      out.host_evictions -= before->host_evictions;
+      out.disk_evictions -= before->disk_evictions;
+      out.disk_writes -= before->disk_writes;
+    }
+  }
+
+ private:
+  void release_until(double t) {
+    while (!holds_.empty() && holds_.top().until_ms <= t) {
+      host_->release(holds_.top().ids);
+      holds_.pop();
+    }
+  }
+
+  SimOptions o_;
+  std::unique_ptr<HostTier> host_;
+  DiskTierModel disk_;
+  std::priority_queue<Hold, std::vector<Hold>, std::greater<>> holds_;
+  uint64_t order_ = 0;
+  uint64_t host_evictions_before_ = 0;
+};
+
+Status one_priority(const SimOptions& options) {
+  if (options.shallow_levels != 0)
+    return Status(ErrorCode::kInvalidArgument,
+                  "the two-tier model has one priority (--shallow-levels 0)");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<TierSimResult> simulate_tiers(const std::vector<TraceRequest>& requests,
+                                     const SimOptions& options, uint64_t disk_blocks) {
+  KVPOOL_RETURN_IF_ERROR(one_priority(options));
+  TwoTiers m(options, disk_blocks);
+  TierSimResult out;
+  for (const auto& r : requests) m.serve(r, out);
+  m.finish(out, nullptr);
+  return out;
+}
+
+Result<std::array<TierSimResult, 2>> simulate_tiers_cold_restart(
+    const std::vector<TraceRequest>& requests, const SimOptions& options, uint64_t disk_blocks,
+    size_t cold_restart_at) {
+  KVPOOL_RETURN_IF_ERROR(one_priority(options));
+  TwoTiers m(options, disk_blocks);
+  std::array<TierSimResult, 2> out{};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i == cold_restart_at) {
+      m.finish(out[0], nullptr);
+      m.cold_restart();
+    }
+    m.serve(requests[i], out[i < cold_restart_at ? 0 : 1]);
+  }
+  if (cold_restart_at >= requests.size()) {
+    m.finish(out[0], nullptr);
+    return out;
+  }
+  m.finish(out[1], &out[0]);
   return out;
 }
 

@@ -1,15 +1,26 @@
 // The two-tier model of a pool with a disk tier (issue 28 item 10), on the replay's virtual
-// clock and request flow (simulate.hpp): host memory evicts in Dynamo's order with one
-// priority (the inactive block returned longest ago, as policy_sim's lru); the disk tier
-// (daemon/disk/) is an LRU over its slots, written behind: every block newly registered in
-// host memory is written to disk at once (admit "all"; the model assumes the write queue
-// keeps up: kvpoold counts what it drops, kvpool_disk_write_queue_drops_total), and a slot
-// is touched when written or read. A request matches its longest host prefix, continues it
-// on disk as far as the disk holds it (onboard: those blocks are allocated in host memory,
-// all or nothing with the rest of the prompt, and registered there), then allocates the rest.
-// Host hits and disk hits are counted apart; their sum is the hit rate.
+// clock and request flow (simulate.hpp), step for step what kvpoold does:
+// - host memory evicts in Dynamo's order with one priority (the inactive block returned
+//   longest ago, as policy_sim's lru; releases in the client's batches, simulate.hpp);
+// - the disk tier (daemon/disk/) is an LRU over its slots (disk_index.hpp), written behind:
+//   every block newly registered in host memory is written to disk at once (admit "all"; the
+//   model assumes the write queue keeps up: kvpoold counts what it drops,
+//   kvpool_disk_write_queue_drops_total), and a slot is touched when written or read;
+// - a match (with onboard, daemon/engine_onboard.cpp) takes its longest host prefix; where
+//   that ends and the disk holds the next block, kvpoold reads the disk run into newly
+//   allocated host blocks, as many as free + inactive host blocks allow, registers them, and
+//   matches host memory again from there (so host blocks after the disk run count too);
+//   the worker then allocates the rest all or nothing (else the request is served uncached,
+//   its hits still counted).
+// Host hits (both host matches) and disk hits (blocks onboarded) are counted apart.
+//
+// A cold restart (kvpoold killed, started without its descriptors) empties host memory and
+// keeps the disk, whose order a start rebuilds from the slots' write sequence
+// (DiskIndex::load): reads before the restart no longer count as uses.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -34,5 +45,11 @@ struct TierSimResult {
 // host figures equal policy_sim's lru).
 Result<TierSimResult> simulate_tiers(const std::vector<TraceRequest>& requests,
                                      const SimOptions& options, uint64_t disk_blocks);
+
+// The same with a cold restart of kvpoold once requests[0, cold_restart_at) are served and
+// every block they held is released: [0] the figures before it, [1] after it.
+Result<std::array<TierSimResult, 2>> simulate_tiers_cold_restart(
+    const std::vector<TraceRequest>& requests, const SimOptions& options, uint64_t disk_blocks,
+    size_t cold_restart_at);
 
 }  // namespace kvpool::replay

@@ -31,10 +31,13 @@ struct Assigned {
 
 struct Hold {
   Clock::time_point until;
+  size_t order;  // ties: the earlier request releases first, as the simulations do
   std::vector<ImmutableBlock> blocks;
 };
-// A min-heap on `until` (std::push_heap / pop_heap with this order).
-bool later(const Hold& a, const Hold& b) { return a.until > b.until; }
+// A min-heap on (until, order) (std::push_heap / pop_heap with this order).
+bool later(const Hold& a, const Hold& b) {
+  return a.until != b.until ? a.until > b.until : a.order > b.order;
+}
 
 int64_t ns_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
@@ -225,7 +228,7 @@ int run_worker(const WorkerOptions& o) {
                   static_cast<long long>(alloc_ns), static_cast<long long>(reg_ns));
     emit(buf);
     holds.push_back(
-        Hold{at(double(a.timestamp_ms) + a.output_length * o.token_ms), std::move(held)});
+        Hold{at(double(a.timestamp_ms) + a.output_length * o.token_ms), next, std::move(held)});
     std::push_heap(holds.begin(), holds.end(), later);
   }
   client->flush();
