@@ -29,6 +29,7 @@ void DiskIndex::load(const std::vector<FoundSlot>& found) {
     const auto s = static_cast<uint32_t>(f->slot);
     slots_[s].state = SlotState::kPublished;
     slots_[s].header = f->header;
+    slots_[s].last_use = ++uses_;
     by_hash_[f->header.sequence_hash] = s;
     taken[s] = 1;
     lru_push_back(s);
@@ -69,6 +70,7 @@ uint32_t DiskIndex::claim(uint64_t hash, uint64_t* evicted, bool* did_evict) {
   }
   slots_[s] = SlotEntry{};
   slots_[s].state = SlotState::kWriting;
+  slots_[s].last_use = ++uses_;
   slots_[s].header.sequence_hash = hash;
   writing_.insert(hash);
   return s;
@@ -84,7 +86,7 @@ void DiskIndex::publish(uint32_t slot, const SlotHeader& header) {
   }
   e.state = SlotState::kPublished;
   by_hash_[header.sequence_hash] = slot;
-  lru_push_back(slot);
+  lru_insert_by_use(slot);
 }
 
 void DiskIndex::abandon(uint32_t slot) {
@@ -109,6 +111,7 @@ void DiskIndex::remove_reader(uint32_t slot) {
 
 void DiskIndex::touch(uint32_t slot) {
   if (slots_[slot].state != SlotState::kPublished) return;
+  slots_[slot].last_use = ++uses_;
   lru_remove(slot);
   lru_push_back(slot);
 }
@@ -135,6 +138,27 @@ void DiskIndex::lru_push_back(uint32_t slot) {
     slots_[lru_tail_].next = slot;
   }
   lru_tail_ = slot;
+}
+
+// Walks back from the most recent end past the slots used after this one: as many as were
+// used while its write was in flight.
+void DiskIndex::lru_insert_by_use(uint32_t slot) {
+  SlotEntry& e = slots_[slot];
+  uint32_t before = lru_tail_;  // the slot this one goes after (kNoSlot: the head)
+  while (before != kNoSlot && slots_[before].last_use > e.last_use) before = slots_[before].prev;
+  if (before == lru_tail_) {
+    lru_push_back(slot);
+    return;
+  }
+  const uint32_t after = before == kNoSlot ? lru_head_ : slots_[before].next;
+  e.prev = before;
+  e.next = after;
+  slots_[after].prev = slot;
+  if (before == kNoSlot) {
+    lru_head_ = slot;
+  } else {
+    slots_[before].next = slot;
+  }
 }
 
 void DiskIndex::lru_remove(uint32_t slot) {

@@ -3,9 +3,12 @@
 //
 // A slot is free, being written (not yet findable), published (findable: its data was
 // durable before it was published), or dropped (unfindable, waiting for its readers).
-// Eviction order: least recently used published slot first (published or read counts as a
-// use; at a start the order is the write order), skipping slots with reads in flight. A
-// slot leaves the index before it is written again, so a reader never meets new bytes.
+// Eviction order: least recently used published slot first, skipping slots with reads in
+// flight. A write counts as a use when it starts (claim), not when it completes, so the order
+// is the order writes were started in and does not depend on which of the writes in flight
+// the device finishes first (a model can follow it: kvpool-replay's tier_sim); a read counts
+// when it starts too; at a start the order is the write order. A slot leaves the index
+// before it is written again, so a reader never meets new bytes.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +30,8 @@ struct SlotEntry {
   uint32_t readers = 0;
   uint32_t prev = kNoSlot;  // LRU list (published slots only)
   uint32_t next = kNoSlot;
-  SlotHeader header{};  // what the slot holds (valid unless free)
+  uint64_t last_use = 0;  // when its write started or it was last read: the LRU's order
+  SlotHeader header{};    // what the slot holds (valid unless free)
 };
 
 class DiskIndex {
@@ -58,6 +62,8 @@ class DiskIndex {
 
  private:
   void lru_push_back(uint32_t slot);
+  // Into the LRU list by last_use: a write that completes after later ones goes before them.
+  void lru_insert_by_use(uint32_t slot);
   void lru_remove(uint32_t slot);
   void make_free(uint32_t slot);
 
@@ -67,6 +73,7 @@ class DiskIndex {
   std::unordered_set<uint64_t> writing_;
   uint32_t lru_head_ = kNoSlot;  // least recently used
   uint32_t lru_tail_ = kNoSlot;
+  uint64_t uses_ = 0;  // last_use's clock
 };
 
 }  // namespace kvpool::daemon::disk

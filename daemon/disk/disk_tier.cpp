@@ -325,6 +325,10 @@ uint32_t DiskTier::disk_prefix(std::span<const uint64_t> hashes) const {
 
 bool DiskTier::start_onboard(uint64_t cookie, std::span<const uint64_t> hashes,
                              uint32_t max_blocks) {
+  // Blocks registered before this match get their slots (and evict) before this read
+  // touches any: the disk's order is then the order requests came in, whether or not the
+  // engine pumped between them (kvpool-replay's two-tier model follows that order).
+  pump();
   uint32_t k = std::min<uint32_t>(disk_prefix(hashes), max_blocks);
   k = std::min<uint32_t>(k, static_cast<uint32_t>(free_ops_.size()));
   const pool::PoolCounts counts = core_.counts();
