@@ -174,12 +174,15 @@ int replay_with_cold_restart(const std::vector<TraceRequest>& requests, const Co
     if (p->after)
       std::printf(
           "                  disk tier: %llu of %llu slots used, %llu blocks written, %llu "
-          "onboarded, %llu write-queue drops (this daemon's counters)\n",
+          "onboarded, %llu write-queue drops (this daemon's counters); the model wrote %llu, "
+          "evicted %llu\n",
           static_cast<unsigned long long>(p->after->disk_slots_used),
           static_cast<unsigned long long>(p->after->disk_slots),
           static_cast<unsigned long long>(p->after->disk_blocks_written),
           static_cast<unsigned long long>(p->after->disk_blocks_onboarded),
-          static_cast<unsigned long long>(p->after->disk_write_queue_drops));
+          static_cast<unsigned long long>(p->after->disk_write_queue_drops),
+          static_cast<unsigned long long>((p == &one ? s1 : s2).disk_writes),
+          static_cast<unsigned long long>((p == &one ? s1 : s2).disk_evictions));
   }
 
   if (plan.max_sim_gap >= 0) {

@@ -72,6 +72,8 @@ Result<CtlStatus> ctl_status(const CtlTarget& t, const std::string& pool) {
       s.disk_blocks_written = (*d)["blocks_written"].get<uint64_t>();
       s.disk_blocks_onboarded = (*d)["blocks_onboarded"].get<uint64_t>();
       s.disk_write_queue_drops = (*d)["write_queue_drops"].get<uint64_t>();
+      s.disk_write_skipped = (*d)["write_skipped"].get<uint64_t>();
+      s.disk_evictions = (*d)["evictions"].get<uint64_t>();
       s.disk_path = (*d)["path"].get<std::string>();
     }
     return s;

@@ -23,6 +23,7 @@ struct CtlStatus {
   // The pool's disk tier (0 slots: none).
   uint64_t disk_slots = 0, disk_slots_used = 0, disk_blocks_written = 0;
   uint64_t disk_blocks_onboarded = 0, disk_write_queue_drops = 0;
+  uint64_t disk_write_skipped = 0, disk_evictions = 0;
   std::string disk_path;
 };
 

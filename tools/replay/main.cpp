@@ -457,12 +457,17 @@ int main(int argc, char** argv) {
     if (after)
       std::printf(
           "disk tier after:  %llu of %llu slots used, %llu blocks written, %llu onboarded, %llu "
-          "write-queue drops\n",
+          "write-queue drops, %llu writes skipped, %llu evictions; the model wrote %llu, evicted "
+          "%llu\n",
           static_cast<unsigned long long>(after->disk_slots_used),
           static_cast<unsigned long long>(after->disk_slots),
           static_cast<unsigned long long>(after->disk_blocks_written),
           static_cast<unsigned long long>(after->disk_blocks_onboarded),
-          static_cast<unsigned long long>(after->disk_write_queue_drops));
+          static_cast<unsigned long long>(after->disk_write_queue_drops),
+          static_cast<unsigned long long>(after->disk_write_skipped),
+          static_cast<unsigned long long>(after->disk_evictions),
+          static_cast<unsigned long long>(tiers->disk_writes),
+          static_cast<unsigned long long>(tiers->disk_evictions));
   } else {
     std::printf(
         "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
