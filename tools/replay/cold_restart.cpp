@@ -63,8 +63,8 @@ void replay_phase(Phase& p, RunOptions run, const CtlTarget& ctl) {
 
 double rate(uint64_t n, uint64_t of) { return of ? double(n) / double(of) : 0; }
 
-void print_phase(const char* label, uint32_t first, uint32_t last, uint64_t prompt,
-                 uint64_t host, uint64_t disk, const TierSimResult& sim, uint64_t ceiling_hits) {
+void print_phase(const char* label, uint32_t first, uint32_t last, uint64_t prompt, uint64_t host,
+                 uint64_t disk, const TierSimResult& sim, uint64_t ceiling_hits) {
   std::printf(
       "%-17s requests %u..%u: kvpool host %.1f%% + disk %.1f%% = %.1f%% (%llu + %llu of %llu "
       "blocks)   simulation host %.1f%% + disk %.1f%% = %.1f%% (%llu + %llu)   ceiling %.1f%%\n",
@@ -72,8 +72,8 @@ void print_phase(const char* label, uint32_t first, uint32_t last, uint64_t prom
       100 * rate(host + disk, prompt), static_cast<unsigned long long>(host),
       static_cast<unsigned long long>(disk), static_cast<unsigned long long>(prompt),
       100 * sim.host_hit_rate(), 100 * sim.disk_hit_rate(), 100 * sim.hit_rate(),
-      static_cast<unsigned long long>(sim.host_hits), static_cast<unsigned long long>(sim.disk_hits),
-      100 * rate(ceiling_hits, prompt));
+      static_cast<unsigned long long>(sim.host_hits),
+      static_cast<unsigned long long>(sim.disk_hits), 100 * rate(ceiling_hits, prompt));
 }
 
 nlohmann::json phase_json(uint64_t prompt, uint64_t host, uint64_t disk, const TierSimResult& sim,
@@ -207,10 +207,9 @@ int replay_with_cold_restart(const std::vector<TraceRequest>& requests, const Co
   out["workers"] = run.workers;
   out["speed"] = run.speed;
   out["cold_restart_after_index"] = requests[cut].index;
-  out["phases"] = {phase_json(one.run.prompt_blocks, one.host_hits(), one.disk_hits, s1,
-                              one.ceiling_hits),
-                   phase_json(two.run.prompt_blocks, two.host_hits(), two.disk_hits, s2,
-                              two.ceiling_hits)};
+  out["phases"] = {
+      phase_json(one.run.prompt_blocks, one.host_hits(), one.disk_hits, s1, one.ceiling_hits),
+      phase_json(two.run.prompt_blocks, two.host_hits(), two.disk_hits, s2, two.ceiling_hits)};
   out["whole"] = phase_json(prompt, host, disk, both, one.ceiling_hits + two.ceiling_hits);
   out["pass"] = violations.empty();
   return violations.empty() ? 0 : 1;

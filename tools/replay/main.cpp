@@ -104,7 +104,7 @@ struct Options {
   double capacity_pct = 0;
   uint64_t disk_blocks = 0;  // a disk tier below the pool (private daemon and simulation)
   double disk_pct = 0;
-  double max_sim_gap = -1;  // points; < 0: not checked
+  double max_sim_gap = -1;     // points; < 0: not checked
   double cold_restart_at = 0;  // > 0: fraction of the slice replayed before a cold restart
   std::vector<double> simulate_pcts;
   std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
