@@ -100,6 +100,13 @@ int replay_with_cold_restart(const std::vector<TraceRequest>& requests, const Co
     std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
     return 1;
   }
+  // The yardstick of what the disk kept: the same restart with no disk tier.
+  auto no_disk =
+      simulate_tiers_cold_restart(requests, SimOptions{plan.capacity, run.token_ms, 0}, 0, cut);
+  if (!no_disk) {
+    std::fprintf(stderr, "kvpool-replay: simulation: %s\n", no_disk.status().to_string().c_str());
+    return 1;
+  }
   Phase one, two;
   one.name = "before the restart";
   one.requests.assign(requests.begin(), requests.begin() + cut);
@@ -160,6 +167,12 @@ int replay_with_cold_restart(const std::vector<TraceRequest>& requests, const Co
   std::printf("disk hits after the restart: kvpool %llu, simulation %llu\n",
               static_cast<unsigned long long>(two.disk_hits),
               static_cast<unsigned long long>(s2.disk_hits));
+  std::printf(
+      "without the disk:  the same restart, host memory only (model): %.1f%% after it, %.1f%% "
+      "over the slice\n",
+      100 * (*no_disk)[1].hit_rate(),
+      100 * rate((*no_disk)[0].host_hits + (*no_disk)[1].host_hits,
+                 (*no_disk)[0].prompt_blocks + (*no_disk)[1].prompt_blocks));
   for (const Phase* p : {&one, &two}) {
     std::printf(
         "%-17s %llu requests served (%llu uncached), %.1f MiB verified in %llu matched blocks, "
@@ -210,6 +223,7 @@ int replay_with_cold_restart(const std::vector<TraceRequest>& requests, const Co
   out["phases"] = {
       phase_json(one.run.prompt_blocks, one.host_hits(), one.disk_hits, s1, one.ceiling_hits),
       phase_json(two.run.prompt_blocks, two.host_hits(), two.disk_hits, s2, two.ceiling_hits)};
+  out["simulated_hit_rate_after_restart_without_disk"] = (*no_disk)[1].hit_rate();
   out["whole"] = phase_json(prompt, host, disk, both, one.ceiling_hits + two.ceiling_hits);
   out["pass"] = violations.empty();
   return violations.empty() ? 0 : 1;
