@@ -62,7 +62,7 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --cold-restart-at F   with --kvpoold and a disk tier: replay the first fraction F of the
                         slice, kill -9 kvpoold once it is quiet, start it again cold (empty
                         host pool, disk index rebuilt from the file), replay the rest; hit
-                        rates per phase and tier against the two-tier model of the same
+                        rates per phase and tier against the two-tier model of the same run
   --kvpoolctl PATH      kvpoolctl used for the final checks
   --max-sim-gap P       fail when kvpool's hit rate is more than P points from the simulation's
   --inject-corrupt-id ID  test hook: whoever fills trace block ID writes one wrong byte
