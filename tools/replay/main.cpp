@@ -22,7 +22,6 @@
 #include "coordinator.hpp"
 #include "ctl.hpp"
 #include "final_checks.hpp"
-#include "policy_sim.hpp"
 #include "private_daemon.hpp"
 #include "simulate.hpp"
 #include "tier_sim.hpp"
@@ -72,7 +71,7 @@ const char* kUsage = R"(usage: kvpool-replay [options]
   --simulate-only with --disk-blocks/--disk-pct: the two-tier model (host LRU + disk LRU,
                         tier_sim.hpp): host, disk and total hit rates
   --policy lru|s3fifo   with --simulate-only: a model of the pool with this eviction policy
-                        instead of the pool core (lru is Dynamo's order; see policy_sim.hpp)
+                        instead of the pool core (lru is Dynamo's order; see tier_sim.hpp)
 )";
 
 double pct(const std::vector<double>& sorted, double p) {
@@ -107,7 +106,7 @@ struct Options {
   double max_sim_gap = -1;     // points; < 0: not checked
   double cold_restart_at = 0;  // > 0: fraction of the slice replayed before a cold restart
   std::vector<double> simulate_pcts;
-  std::string policy;  // --policy: simulate with policy_sim's model instead of PoolCore
+  std::string policy;  // --policy: simulate with tier_sim's model instead of PoolCore
 };
 
 // --simulate-only with a disk tier: the two-tier model at each host capacity.

@@ -1,39 +1,55 @@
 #include "tier_sim.hpp"
 
+#include <algorithm>
+#include <deque>
 #include <list>
 #include <memory>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kvpool::replay {
 namespace {
 
-// Host memory: registered blocks with reference counts; unreferenced ones in an LRU list
-// (returned order), evicted from its front. Free blocks are capacity - cached.
+// Host memory: registered blocks with reference counts; free blocks are capacity - cached.
+// Unreferenced blocks are evicted in the policy's order (tier_sim.hpp): lru keeps them in a
+// list in returned order and evicts its front; s3fifo keeps its small, main and ghost FIFOs.
 class HostTier {
  public:
-  explicit HostTier(uint64_t capacity) : cap_(capacity) {}
+  HostTier(uint64_t capacity, HostPolicy policy)
+      : cap_(capacity), s3_(policy == HostPolicy::kS3Fifo) {}
 
-  bool cached(uint64_t id) const { return blocks_.count(id) != 0; }
-  // The cached run of ids from `from` on; each hit takes a reference.
+  // The cached run of ids from `from` on; each hit takes a reference and counts as a use.
   size_t match(const std::vector<uint64_t>& ids, size_t from) {
     size_t n = from;
-    while (n < ids.size() && cached(ids[n])) take(blocks_.at(ids[n++]));
+    for (; n < ids.size(); ++n) {
+      auto it = cached_.find(ids[n]);
+      if (it == cached_.end()) break;
+      take(it->second);
+      it->second.freq = std::min<uint32_t>(it->second.freq + 1, 3);
+    }
     return n - from;
   }
-  uint64_t available() const { return cap_ - blocks_.size() + inactive_; }
+  // Free + inactive: what an allocate may take (all or nothing, like PoolCore::allocate).
+  uint64_t available() const { return cap_ - cached_.size() + inactive_; }
   // Registers ids[k] (k in [from, to)) into host memory; the caller checked available().
   // Returns the ids newly stored (the write-behind's input).
   std::vector<uint64_t> insert(const std::vector<uint64_t>& ids, size_t from, size_t to) {
     std::vector<uint64_t> stored;
-    while (cap_ - blocks_.size() < to - from) evict_one();
+    while (cap_ - cached_.size() < to - from) evict_one();
     for (size_t k = from; k < to; ++k) {
-      if (auto it = blocks_.find(ids[k]); it != blocks_.end()) {
-        take(it->second);  // still cached past a miss: deduplicated, as PoolCore does
+      // Still cached past the first miss (its parent was evicted): register deduplicates onto
+      // it, as PoolCore does, and the block allocated for it goes back to the free list.
+      if (auto it = cached_.find(ids[k]); it != cached_.end()) {
+        take(it->second);
         continue;
       }
-      blocks_[ids[k]].refs = 1;
+      cached_[ids[k]].refs = 1;
       stored.push_back(ids[k]);
+      if (s3_) {
+        const bool ghost_hit = ghost_set_.erase(ids[k]) > 0;
+        (ghost_hit ? main_ : small_).push_back(ids[k]);
+      }
     }
     return stored;
   }
@@ -41,11 +57,14 @@ class HostTier {
   void release(const std::vector<uint64_t>& ids) {
     release_in_client_batches<uint64_t>(ids, [&](std::span<const uint64_t> batch) {
       for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
-        Entry& e = blocks_.at(*it);
+        Entry& e = cached_.at(*it);
         if (--e.refs == 0) {
           ++inactive_;
-          lru_.push_back(*it);
-          e.pos = std::prev(lru_.end());
+          if (!s3_) {
+            lru_.push_back(*it);
+            e.lru_pos = std::prev(lru_.end());
+            e.in_lru = true;
+          }
         }
       }
     });
@@ -55,25 +74,71 @@ class HostTier {
  private:
   struct Entry {
     uint32_t refs = 0;
-    std::list<uint64_t>::iterator pos;
+    uint32_t freq = 0;                      // s3fifo: hits, up to 3
+    std::list<uint64_t>::iterator lru_pos;  // lru: position in the inactive list
+    bool in_lru = false;
   };
   void take(Entry& e) {
     if (e.refs++ == 0) {
       --inactive_;
-      lru_.erase(e.pos);
+      if (e.in_lru) {
+        lru_.erase(e.lru_pos);
+        e.in_lru = false;
+      }
     }
   }
-  void evict_one() {
-    blocks_.erase(lru_.front());
-    lru_.pop_front();
+  void drop(uint64_t id) {
+    cached_.erase(id);
     --inactive_;
     ++evictions_;
   }
+  void evict_one() {
+    if (!s3_) {
+      uint64_t id = lru_.front();
+      lru_.pop_front();
+      drop(id);
+      return;
+    }
+    const size_t small_target = std::max<size_t>(1, cap_ / 10);
+    while (true) {
+      if (!small_.empty() && (small_.size() >= small_target || main_.empty())) {
+        uint64_t id = small_.front();
+        small_.pop_front();
+        Entry& e = cached_.at(id);
+        if (e.refs > 0 || e.freq > 1) {  // held or hit again: promote
+          e.freq = 0;
+          main_.push_back(id);
+          continue;
+        }
+        drop(id);
+        ghost_.push_back(id);
+        ghost_set_.insert(id);
+        while (ghost_.size() > cap_ - small_target) {
+          ghost_set_.erase(ghost_.front());
+          ghost_.pop_front();
+        }
+        return;
+      }
+      uint64_t id = main_.front();
+      main_.pop_front();
+      Entry& e = cached_.at(id);
+      if (e.refs > 0 || e.freq > 0) {
+        if (e.freq > 0) --e.freq;
+        main_.push_back(id);
+        continue;
+      }
+      drop(id);
+      return;
+    }
+  }
 
   uint64_t cap_;
+  bool s3_;
   uint64_t inactive_ = 0, evictions_ = 0;
-  std::unordered_map<uint64_t, Entry> blocks_;
+  std::unordered_map<uint64_t, Entry> cached_;
   std::list<uint64_t> lru_;
+  std::deque<uint64_t> small_, main_, ghost_;
+  std::unordered_set<uint64_t> ghost_set_;
 };
 
 // The disk tier: an LRU over slots, touched at write and read; each slot remembers its
@@ -122,8 +187,11 @@ struct Hold {
 
 class TwoTiers {
  public:
-  TwoTiers(const SimOptions& o, uint64_t disk_blocks)
-      : o_(o), host_(std::make_unique<HostTier>(o.capacity)), disk_(disk_blocks) {}
+  TwoTiers(const SimOptions& o, uint64_t disk_blocks, HostPolicy policy)
+      : o_(o),
+        policy_(policy),
+        host_(std::make_unique<HostTier>(o.capacity, policy)),
+        disk_(disk_blocks) {}
 
   void serve(const TraceRequest& r, TierSimResult& out) {
     const double t = static_cast<double>(r.timestamp_ms);
@@ -163,7 +231,7 @@ class TwoTiers {
   void cold_restart() {
     release_until(1e300);
     host_evictions_before_ += host_->evictions();
-    host_ = std::make_unique<HostTier>(o_.capacity);
+    host_ = std::make_unique<HostTier>(o_.capacity, policy_);
     disk_.restart();
   }
 
@@ -188,6 +256,7 @@ class TwoTiers {
   }
 
   SimOptions o_;
+  HostPolicy policy_;
   std::unique_ptr<HostTier> host_;
   DiskTierModel disk_;
   std::priority_queue<Hold, std::vector<Hold>, std::greater<>> holds_;
@@ -198,16 +267,23 @@ class TwoTiers {
 Status one_priority(const SimOptions& options) {
   if (options.shallow_levels != 0)
     return Status(ErrorCode::kInvalidArgument,
-                  "the two-tier model has one priority (--shallow-levels 0)");
+                  "the models have one priority (--shallow-levels 0 with --policy or a disk)");
   return Status::ok();
 }
 
 }  // namespace
 
+Result<HostPolicy> parse_host_policy(const std::string& name) {
+  if (name == "lru") return HostPolicy::kLru;
+  if (name == "s3fifo") return HostPolicy::kS3Fifo;
+  return Status(ErrorCode::kInvalidArgument, "policy is lru or s3fifo, not '" + name + "'");
+}
+
 Result<TierSimResult> simulate_tiers(const std::vector<TraceRequest>& requests,
-                                     const SimOptions& options, uint64_t disk_blocks) {
+                                     const SimOptions& options, uint64_t disk_blocks,
+                                     HostPolicy policy) {
   KVPOOL_RETURN_IF_ERROR(one_priority(options));
-  TwoTiers m(options, disk_blocks);
+  TwoTiers m(options, disk_blocks, policy);
   TierSimResult out;
   for (const auto& r : requests) m.serve(r, out);
   m.finish(out, nullptr);
@@ -218,7 +294,7 @@ Result<std::array<TierSimResult, 2>> simulate_tiers_cold_restart(
     const std::vector<TraceRequest>& requests, const SimOptions& options, uint64_t disk_blocks,
     size_t cold_restart_at) {
   KVPOOL_RETURN_IF_ERROR(one_priority(options));
-  TwoTiers m(options, disk_blocks);
+  TwoTiers m(options, disk_blocks, HostPolicy::kLru);
   std::array<TierSimResult, 2> out{};
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i == cold_restart_at) {
@@ -232,6 +308,20 @@ Result<std::array<TierSimResult, 2>> simulate_tiers_cold_restart(
     return out;
   }
   m.finish(out[1], &out[0]);
+  return out;
+}
+
+Result<SimResult> simulate_policy(const std::vector<TraceRequest>& requests,
+                                  const SimOptions& options, const std::string& policy) {
+  auto p = parse_host_policy(policy);
+  if (!p) return p.status();
+  auto t = simulate_tiers(requests, options, 0, *p);
+  if (!t) return t.status();
+  SimResult out;
+  out.prompt_blocks = t->prompt_blocks;
+  out.matched_blocks = t->host_hits;
+  out.uncached_requests = t->uncached_requests;
+  out.evictions = t->host_evictions;
   return out;
 }
 

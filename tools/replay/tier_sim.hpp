@@ -1,7 +1,15 @@
-// The two-tier model of a pool with a disk tier (issue 28 item 10), on the replay's virtual
-// clock and request flow (simulate.hpp), step for step what kvpoold does:
-// - host memory evicts in Dynamo's order with one priority (the inactive block returned
-//   longest ago, as policy_sim's lru; releases in the client's batches, simulate.hpp);
+// A model of the pool, independent of PoolCore, with an optional disk tier below it (issue
+// 28 item 10), on the replay's virtual clock and request flow (simulate.hpp), step for step
+// what kvpoold does. Without a disk and with policy lru it must agree with simulate() (the
+// PoolCore simulation), which checks this model; other policies ask "would another policy do
+// better on this trace?" before anyone changes the pool core.
+// - host memory (one priority; releases in the client's batches, simulate.hpp) evicts in the
+//   policy's order:
+//     lru     the inactive block returned longest ago: Dynamo's order with one priority;
+//     s3fifo  S3-FIFO (Yang et al., SOSP'23): a small FIFO (10%) for new blocks, a main FIFO,
+//             a ghost FIFO of evicted ids; hits count up to 3, a block leaving the small queue
+//             with a hit (or a ghost hit on insert) goes to main, main re-inserts blocks with
+//             hits (count - 1). Blocks held by a running request are skipped (re-queued);
 // - the disk tier (daemon/disk/) is an LRU over its slots (disk_index.hpp), written behind:
 //   every block newly registered in host memory is written to disk at once (admit "all"; the
 //   model assumes the write queue keeps up: kvpoold counts what it drops,
@@ -22,6 +30,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvpool/core/status.hpp"
@@ -41,10 +50,18 @@ struct TierSimResult {
   double hit_rate() const { return host_hit_rate() + disk_hit_rate(); }
 };
 
-// `options.capacity` host blocks over `disk_blocks` disk slots (0: no disk tier, then the
-// host figures equal policy_sim's lru).
+enum class HostPolicy { kLru, kS3Fifo };
+Result<HostPolicy> parse_host_policy(const std::string& name);  // "lru" or "s3fifo"
+
+// `options.capacity` host blocks over `disk_blocks` disk slots (0: no disk tier).
 Result<TierSimResult> simulate_tiers(const std::vector<TraceRequest>& requests,
-                                     const SimOptions& options, uint64_t disk_blocks);
+                                     const SimOptions& options, uint64_t disk_blocks,
+                                     HostPolicy policy = HostPolicy::kLru);
+
+// The host-only model with policy "lru" or "s3fifo", in simulate()'s figures
+// (kvpool-replay --simulate-only ... --policy P).
+Result<SimResult> simulate_policy(const std::vector<TraceRequest>& requests,
+                                  const SimOptions& options, const std::string& policy);
 
 // The same with a cold restart of kvpoold once requests[0, cold_restart_at) are served and
 // every block they held is released: [0] the figures before it, [1] after it.
