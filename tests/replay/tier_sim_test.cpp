@@ -1,7 +1,8 @@
 // The replay's two-tier model (tools/replay/tier_sim.hpp): without a disk it is the pool
 // core's own simulation, block for block; with a disk that holds every distinct block and
-// no uncached request it reaches the trace's ceiling exactly; and on a hand-made trace it
-// takes host hits, then disk hits, in the order the model states.
+// no uncached request it reaches the trace's ceiling exactly; on a hand-made trace it
+// takes host hits, then disk hits, in the order the model states; and a cold restart empties
+// host memory and puts the disk back in write order, as kvpoold's DiskIndex::load does.
 #include <gtest/gtest.h>
 
 #include "simulate.hpp"
@@ -70,6 +71,32 @@ TEST(TierSim, HostFirstThenDiskThenNewBlocksWithDiskLru) {
   EXPECT_EQ(t->disk_writes, 5u);     // 1, 2, 3, 4, then 1 again
   EXPECT_EQ(t->disk_evictions, 2u);  // 1, then 2
   EXPECT_EQ(t->uncached_requests, 0u);
+}
+
+TEST(TierSim, AColdRestartEmptiesHostMemoryAndRebuildsTheDiskInWriteOrder) {
+  // Host 2 blocks, disk 3 slots; kvpoold is killed and started cold before request 4.
+  const std::vector<TraceRequest> reqs{
+      req(0, {1}),    // new: disk [1]
+      req(100, {2}),  // new: disk [1,2]
+      req(200, {3}),  // new: host evicts 1 -> {2,3}; disk [1,2,3]
+      req(300, {1}),  // 1 onboarded (disk read: [2,3,1]); host evicts 2 -> {3,1}
+      // restart: host empty; the disk in write order again, the read forgotten: [1,2,3]
+      req(400, {4}),  // new: the disk evicts 1 (not 2, as it would have kept the read): [2,3,4]
+      req(500, {3}),  // 3 was in host memory before the restart: from disk now ([2,4,3])
+      req(600, {2}),  // still on disk
+  };
+  auto t = simulate_tiers_cold_restart(reqs, SimOptions{2, 10, 0}, 3, 4);
+  ASSERT_TRUE(t.is_ok());
+  const auto& [before, after] = *t;
+  EXPECT_EQ(before.prompt_blocks, 4u);
+  EXPECT_EQ(before.host_hits, 0u);
+  EXPECT_EQ(before.disk_hits, 1u);
+  EXPECT_EQ(before.disk_writes, 3u);
+  EXPECT_EQ(after.prompt_blocks, 3u);
+  EXPECT_EQ(after.host_hits, 0u);
+  EXPECT_EQ(after.disk_hits, 2u);
+  EXPECT_EQ(after.disk_writes, 1u);
+  EXPECT_EQ(after.disk_evictions, 1u);
 }
 
 }  // namespace
