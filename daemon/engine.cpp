@@ -257,6 +257,8 @@ Status Engine::open_disk_tiers() {
     setup.host_base = p.storage.host_bytes_for_onboard();
     setup.owner = disk_owner();
     setup.published = &control_.registry(i).disk_info();  // kvpoolctl, the exporter
+    setup.events = events_.get();  // its Stored / Removed, flagged disk, in the pool's ring
+    setup.pool_index = i;
     setup.backend = p.config.disk.io == DiskIoEngine::kIoUring   ? disk::IoBackend::kUring
                     : p.config.disk.io == DiskIoEngine::kThreads ? disk::IoBackend::kThreads
                                                                  : disk::IoBackend::kAuto;

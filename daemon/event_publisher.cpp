@@ -1,5 +1,7 @@
 #include "daemon/event_publisher.hpp"
 
+#include <algorithm>
+
 #include "kvpool/core/clock.hpp"
 
 namespace kvpool::daemon {
@@ -16,6 +18,28 @@ shm::EventPayload payload(shm::EventType type, uint32_t pool, uint64_t time_ns) 
 }  // namespace
 
 void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) {
+  stored(pool, blocks, 0);
+}
+
+void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
+  removed(pool, sequence_hash, 0);
+}
+
+void EventPublisher::on_disk_stored(uint32_t pool, std::span<const pool::StoredBlock> blocks) {
+  // A start announces its whole disk index: batches of at most a quarter of the ring, so a
+  // reader keeping up is never lapped by one append (each batch is a message of its own; a
+  // chain split between two goes on under the last block, message_builder.hpp).
+  const size_t most = std::max<size_t>(writers_[pool].capacity() / 4, 1);
+  for (size_t at = 0; at < blocks.size(); at += most)
+    stored(pool, blocks.subspan(at, std::min(most, blocks.size() - at)), shm::kEventTierDisk);
+}
+
+void EventPublisher::on_disk_removed(uint32_t pool, uint64_t sequence_hash) {
+  removed(pool, sequence_hash, shm::kEventTierDisk);
+}
+
+void EventPublisher::stored(uint32_t pool, std::span<const pool::StoredBlock> blocks,
+                            uint8_t tier_flag) {
   if (blocks.empty()) return;
   const uint64_t t = now_ns(CLOCK_REALTIME);
   scratch_.clear();
@@ -29,7 +53,7 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
     p.block_hash = b.block_hash;
     p.parent_hash = b.has_parent ? b.parent_hash : 0;
     p.priority = b.priority;
-    p.flags = b.has_parent ? shm::kEventHasParent : 0;
+    p.flags = static_cast<uint8_t>((b.has_parent ? shm::kEventHasParent : 0) | tier_flag);
     scratch_.push_back(p);
   }
   // Without tokens the append is the same as before tokens existed: the area stays untouched.
@@ -37,9 +61,10 @@ void EventPublisher::on_stored(uint32_t pool, std::span<const pool::StoredBlock>
                                              : std::span<const std::span<const uint32_t>>());
 }
 
-void EventPublisher::on_removed(uint32_t pool, uint64_t sequence_hash) {
+void EventPublisher::removed(uint32_t pool, uint64_t sequence_hash, uint8_t tier_flag) {
   shm::EventPayload p = payload(shm::EventType::kRemoved, pool, now_ns(CLOCK_REALTIME));
   p.sequence_hash = sequence_hash;
+  p.flags = tier_flag;
   writers_[pool].append(p);
 }
 

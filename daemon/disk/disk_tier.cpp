@@ -142,6 +142,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierSetup& setup, poo
     t->free_ops_.push_back(depth - 1 - i);
   }
   t->publish_fixed();
+  t->announce_index();  // a start tells routers what the file still holds (disk-tier.md)
   spdlog::info(
       "disk tier of pool '{}': {} slots of {} bytes in {} ({} I/O, {}), {} blocks found on disk",
       setup.pool, num_slots, slot_bytes, t->file_.path(),
@@ -250,7 +251,10 @@ bool DiskTier::start_write(Queued& q) {
     ++stats_.write_skipped;  // every slot is being written or read
     return false;
   }
-  if (did_evict) ++stats_.evictions;
+  if (did_evict) {
+    ++stats_.evictions;
+    announce_removed(evicted);
+  }
   const uint32_t oi = op_alloc();
   if (oi == kNoSlot) {
     index_.abandon(slot);
@@ -300,6 +304,7 @@ void DiskTier::write_done(Op& op, int64_t result) {
   if (result == static_cast<int64_t>(op.expected)) {
     SlotHeader h{};
     std::memcpy(&h, op.sector.get(), sizeof(h));
+    if (index_.find(h.sequence_hash) == kNoSlot) note_on_disk(h);  // a rewrite is no news
     index_.publish(op.slot, h);  // durable (RWF_DSYNC) before it is findable
     stats_.bytes_written += layout_.block_bytes();
     ++stats_.blocks_written;
@@ -404,6 +409,7 @@ uint32_t DiskTier::verify_onboard(Onboard& ob) {
     }
     if (why == nullptr) continue;
     index_.drop(ob.slots[good]);
+    announce_removed(ob.hashes[good]);
     if (logged_errors_++ < 16)
       spdlog::error("disk tier of pool '{}': slot {} of {} ({}): {}; dropped, served as a miss",
                     setup_.pool, ob.slots[good], file_.path(),
@@ -508,6 +514,7 @@ void DiskTier::on_io_ready() {
     free_ops_.push_back(oi);
     --inflight_ops_;
   }
+  announce_stored();  // this round's published slots, one batch
   pump();
 }
 

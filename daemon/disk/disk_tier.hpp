@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon/disk/disk_config.hpp"
+#include "daemon/disk/disk_events.hpp"
 #include "daemon/disk/disk_index.hpp"
 #include "daemon/disk/disk_io.hpp"
 #include "daemon/disk/slot_file.hpp"
@@ -61,6 +62,10 @@ struct DiskTierSetup {
   // Where tools read this tier (the pool's registry segment; null: nowhere). The tier is
   // its one writer: fixed fields at open, live counters after each step (publish()).
   shm::DiskTierInfo* published = nullptr;
+  // Where its Stored / Removed go (the event ring's publisher; null: nowhere), as pool
+  // `pool_index` (PoolInfo order).
+  DiskEventSink* events = nullptr;
+  uint32_t pool_index = 0;
 };
 
 class DiskTier {
@@ -127,6 +132,13 @@ class DiskTier {
   // Fixed fields of setup_.published (before kReady), then its live counters (relaxed).
   void publish_fixed();
   void publish();
+  // Events (disk_tier_events.cpp): the slots published since the last announce_stored()
+  // go out as one batch; a slot leaving the index goes out at once (after that batch).
+  void note_on_disk(const SlotHeader& h);
+  void announce_stored();
+  void announce_removed(uint64_t sequence_hash);
+  // A start: every slot the file gave back, parents before children.
+  void announce_index();
 
   DiskTierSetup setup_;
   pool::PoolCore& core_;
@@ -150,6 +162,7 @@ class DiskTier {
   std::unordered_set<uint64_t> seen_;
   std::deque<uint64_t> seen_order_;
   std::vector<IoDone> done_scratch_;
+  std::vector<pool::StoredBlock> newly_on_disk_;  // published, not yet announced
   DiskStats stats_;
   uint64_t logged_errors_ = 0;
   bool stopping_ = false;

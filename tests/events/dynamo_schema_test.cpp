@@ -119,15 +119,20 @@ std::vector<std::string> traffic(const RouterIdentity& id) {
   Captured cap;
   MessageBuilder b(id.worker_id, cap.sink());
   b.set_identity(id);
-  b.set_pools(
-      {{"g2", false, 16, HashScheme::kDynamo02}, {"g1", true, 16, HashScheme::kDynamoRouter}});
+  // A host pool with a disk tier and a device pool: every tier's stored, removed, cleared.
+  b.set_pools({{"g2", false, 16, HashScheme::kDynamo02, true},
+               {"g1", true, 16, HashScheme::kDynamoRouter}});
   Records rec;
   for (uint32_t pool : {0u, 1u}) {
     for (const auto& r : rec.stored(pool, {{100, 1, std::nullopt}, {101, 2, 100}})) b.add(r);
     b.add(rec.single(shm::EventType::kRemoved, pool, 101));
     b.flush();
   }
-  b.resync(std::vector<RegisteredBlock>{{100, 1, 0, 0, false}, {100, 1, 0, 1, false}});
+  for (const auto& r : rec.stored(0, {{100, 1, std::nullopt}, {101, 2, 100}}, true)) b.add(r);
+  b.add(rec.single(shm::EventType::kRemoved, 0, 101, true));
+  b.flush();
+  b.resync(std::vector<RegisteredBlock>{
+      {100, 1, 0, 0, false}, {100, 1, 0, 1, false}, {100, 1, 0, 0, false, true}});
   return cap.texts;
 }
 
@@ -136,10 +141,14 @@ TEST(DynamoSchema, EveryMessageOfTheDefaultForwarderDecodes) {
   id.worker_id = 5;
   auto texts = traffic(id);
   ASSERT_GE(texts.size(), 6u);
+  std::set<std::string> tiers;
   for (const auto& t : texts) {
     EXPECT_EQ(dynamo_decode(t), "") << t;
     EXPECT_FALSE(json::parse(t).contains("state_source")) << t;
+    tiers.insert(json::parse(t)["storage_tier"].get<std::string>());
   }
+  // The disk tier's events are StorageTier::Disk, spelt as serde spells it.
+  EXPECT_EQ(tiers, (std::set<std::string>{"host_pinned", "device", "disk"}));
 }
 
 TEST(DynamoSchema, CacheOwnerMessagesCarryTheConfiguredCacheOwnerIdObject) {
@@ -154,10 +163,10 @@ TEST(DynamoSchema, CacheOwnerMessagesCarryTheConfiguredCacheOwnerIdObject) {
     json j = json::parse(t);
     if (j.value("residency_domain", "") != "cache_owner") continue;
     ++owner;
-    EXPECT_EQ(j["storage_tier"], "host_pinned") << t;
+    EXPECT_NE(j["storage_tier"], "device") << t;    // host memory or its disk tier
     EXPECT_EQ(j["state_source"], owner_id()) << t;  // verbatim, an object
   }
-  EXPECT_GE(owner, 3u);  // stored, removed, and the resync's cleared
+  EXPECT_GE(owner, 6u);  // stored, removed, and the resync's cleared, of both tiers
 }
 
 TEST(DynamoSchema, AStringStateSourceIsWhatDynamoRefuses) {

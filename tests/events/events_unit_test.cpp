@@ -445,6 +445,111 @@ TEST(MessageBuilder, TheLegacyEnvelopeKeepsEveryPoolOneCache) {
   EXPECT_EQ(cap.events[1].kind, RouterEvent::Kind::kRemoved);
 }
 
+// A pool's disk tier (issue 28 item 8): its own "disk" tier to the router, beside the
+// pool's host_pinned one. The same hash is stored in both; leaving one tier removes it there
+// only. The disk tier speaks with its host pool's residency and hash scheme.
+TEST(MessageBuilder, ADiskTierIsAStorageTierOfItsOwn) {
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  RouterIdentity id;
+  id.worker_id = 5;
+  id.cache_owner = true;
+  id.state_source = {{"pool_id", {{"dc_id", 1}}}};
+  b.set_identity(id);
+  b.set_pools({{"g", false, 16, HashScheme::kDynamoRouter, true}});
+  Records rec;
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}, {101, 2, 100}}));
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}, {101, 2, 100}}, true));  // written behind
+  ASSERT_EQ(cap.events.size(), 2u);
+  EXPECT_EQ(cap.events[0].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[1].kind, RouterEvent::Kind::kStored);
+  EXPECT_EQ(cap.events[1].storage_tier, "disk");
+  EXPECT_EQ(cap.events[1].residency_domain, "cache_owner");
+  EXPECT_EQ(cap.events[1].state_source, R"({"pool_id":{"dc_id":1}})");
+  EXPECT_EQ(cap.events[1].hash_scheme, "dynamo-router");
+  EXPECT_EQ(cap.events[1].parent_hash, std::nullopt);
+  EXPECT_EQ(cap.events[1].blocks, (std::vector<StoredHashes>{{100, 1}, {101, 2}}));
+  // Host memory evicts 101: removed from host_pinned; the disk still has it.
+  b.add(rec.single(shm::EventType::kRemoved, 0, 101));
+  // A disk slot evicted: removed from disk; one message per tier, in order.
+  b.add(rec.single(shm::EventType::kRemoved, 0, 100, true));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 4u);
+  EXPECT_EQ(cap.events[2].kind, RouterEvent::Kind::kRemoved);
+  EXPECT_EQ(cap.events[2].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[2].block_hashes, (std::vector<uint64_t>{101}));
+  EXPECT_EQ(cap.events[3].kind, RouterEvent::Kind::kRemoved);
+  EXPECT_EQ(cap.events[3].storage_tier, "disk");
+  EXPECT_EQ(cap.events[3].block_hashes, (std::vector<uint64_t>{100}));
+  EXPECT_EQ(b.known_blocks(), 2u);  // 100 in memory, 101 on disk
+  // A disk removal of a hash the disk never announced (or announced twice): nothing.
+  b.add(rec.single(shm::EventType::kRemoved, 0, 100, true));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 555, true));
+  b.flush();
+  EXPECT_EQ(cap.events.size(), 4u);
+  // A resync clears the host tier and the disk tier, then stores each tier's chains.
+  b.resync(
+      std::vector<RegisteredBlock>{{100, 1, 0, 0, false, false}, {101, 2, 100, 0, true, true}});
+  ASSERT_EQ(cap.events.size(), 8u);
+  EXPECT_EQ(cap.events[4].kind, RouterEvent::Kind::kCleared);
+  EXPECT_EQ(cap.events[4].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[5].kind, RouterEvent::Kind::kCleared);
+  EXPECT_EQ(cap.events[5].storage_tier, "disk");
+  EXPECT_EQ(cap.events[6].storage_tier, "host_pinned");
+  EXPECT_EQ(cap.events[6].blocks, (std::vector<StoredHashes>{{100, 1}}));
+  EXPECT_EQ(cap.events[7].storage_tier, "disk");
+  EXPECT_EQ(cap.events[7].parent_hash, std::optional<uint64_t>(100));
+  EXPECT_EQ(cap.events[7].blocks, (std::vector<StoredHashes>{{101, 2}}));
+}
+
+// Dynamo 0.2.1's envelope has no tier: a disk event would read as memory there. None go out.
+TEST(MessageBuilder, TheLegacyEnvelopeSendsNoDiskEvents) {
+  Captured cap;
+  MessageBuilder b(5, cap.sink());
+  b.set_pools({{"g", false, 16, HashScheme::kDynamo02, true}});
+  Records rec;
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}}));
+  feed(b, rec.stored(0, {{100, 1, std::nullopt}}, true));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 100, true));
+  b.flush();
+  ASSERT_EQ(cap.events.size(), 1u);
+  EXPECT_EQ(cap.events[0].storage_tier, "");
+  EXPECT_EQ(cap.events[0].kind, RouterEvent::Kind::kStored);
+  b.resync(std::vector<RegisteredBlock>{{7, 70, 0, 0, false, true}});
+  ASSERT_EQ(cap.events.size(), 2u);  // "cleared" alone: the disk block is not announced
+  EXPECT_EQ(cap.events[1].kind, RouterEvent::Kind::kCleared);
+}
+
+// The router demo keeps tiers apart: a worker holds a block while any tier does.
+TEST(RouterIndex, ABlockIsHeldWhileAnyTierHoldsIt) {
+  RouterIndex idx;
+  Captured cap;
+  MessageBuilder b(3, cap.sink());
+  RouterIdentity id;
+  id.worker_id = 3;
+  b.set_identity(id);
+  b.set_pools({{"g", false, 16, HashScheme::kDynamo02, true}});
+  Records rec;
+  feed(b, rec.stored(0, {{1, 1, std::nullopt}, {2, 2, 1}}));
+  feed(b, rec.stored(0, {{1, 1, std::nullopt}, {2, 2, 1}}, true));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 1));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 2));
+  b.flush();
+  for (const auto& e : cap.events) idx.apply(e);
+  const std::vector<uint64_t> chain = {1, 2};
+  EXPECT_EQ(idx.overlaps(chain).at(3), 2u);  // gone from memory, still on disk
+  EXPECT_FALSE(idx.holds_in(3, 1, "host_pinned"));
+  EXPECT_TRUE(idx.holds_in(3, 1, "disk"));
+  EXPECT_EQ(idx.total_blocks(), 2u);
+  cap.events.clear();
+  b.add(rec.single(shm::EventType::kRemoved, 0, 1, true));
+  b.flush();
+  for (const auto& e : cap.events) idx.apply(e);
+  EXPECT_EQ(idx.overlaps(chain).at(3), 0u);
+  EXPECT_TRUE(idx.holds(3, 2));
+  EXPECT_EQ(idx.total_blocks(), 1u);
+}
+
 TEST(MessageBuilder, WithoutAnIdentityTheEnvelopeIsDynamo021s) {
   Captured cap;
   MessageBuilder b(5, cap.sink());

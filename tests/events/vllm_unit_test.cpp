@@ -240,6 +240,47 @@ TEST(VllmBatchBuilder, APoolClearAsksForAResyncWhichClearsThenStoresTheRegistry)
   EXPECT_EQ(e[2].medium, "GPU");
 }
 
+// A pool's disk tier (issue 28 item 8): medium "DISK", its own BlockStored / BlockRemoved
+// beside the pool's "CPU" ones; a host event never continues a disk event or the other way.
+TEST(VllmBatchBuilder, DiskTierEventsAreMediumDisk) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink());
+  b.set_pools({{"g", false, 16, HashScheme::kDynamo02, true}});
+  Records rec;
+  for (auto& r : rec.stored(0, {{10, 1, std::nullopt}, {11, 2, 10}})) b.add(r);
+  for (auto& r : rec.stored(0, {{10, 1, std::nullopt}, {11, 2, 10}}, true)) b.add(r);
+  b.add(rec.single(shm::EventType::kRemoved, 0, 10));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 11, true));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 10, true));
+  b.flush();
+  ASSERT_EQ(out.got.size(), 1u);
+  const auto& e = out.got[0].events;
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].type, "BlockStored");
+  EXPECT_EQ(e[0].medium, "CPU");
+  EXPECT_EQ(e[1].type, "BlockStored");
+  EXPECT_EQ(e[1].medium, "DISK");
+  EXPECT_EQ(e[1].block_hashes, (std::vector<int64_t>{10, 11}));
+  EXPECT_TRUE(e[1].parent_nil);
+  EXPECT_EQ(e[1].block_size, 16u);
+  EXPECT_EQ(e[2].type, "BlockRemoved");
+  EXPECT_EQ(e[2].medium, "CPU");
+  EXPECT_EQ(e[2].block_hashes, (std::vector<int64_t>{10}));
+  EXPECT_EQ(e[3].type, "BlockRemoved");
+  EXPECT_EQ(e[3].medium, "DISK");
+  EXPECT_EQ(e[3].block_hashes, (std::vector<int64_t>{11, 10}));
+  // A resync's disk blocks are BlockStored of medium DISK, after the pool's memory.
+  b.resync(std::vector<RegisteredBlock>{{20, 1, 0, 0, false, true}, {30, 1, 0, 0, false, false}});
+  ASSERT_EQ(out.got.size(), 2u);
+  const auto& r = out.got[1].events;
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].type, "AllBlocksCleared");
+  EXPECT_EQ(r[1].medium, "CPU");
+  EXPECT_EQ(r[1].block_hashes, (std::vector<int64_t>{30}));
+  EXPECT_EQ(r[2].medium, "DISK");
+  EXPECT_EQ(r[2].block_hashes, (std::vector<int64_t>{20}));
+}
+
 TEST(VllmBatchBuilder, ABatchNamesOneHashSchemeAndAFailedSendIsAGap) {
   Batches out;
   VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink());

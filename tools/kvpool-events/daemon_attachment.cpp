@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include "kvpool/pool/arena_view.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/disk_tier_info.hpp"
 #include "kvpool/shm/handshake.hpp"
 
 namespace kvpool::events {
@@ -55,6 +57,8 @@ std::vector<PoolMeta> DaemonAttachment::pool_metas() const {
     m.page_size = info.layout.page_size;
     // A daemon older than layout 1.4 left this zero: dynamo-0.2, its only scheme.
     m.hash_scheme = static_cast<HashScheme>(info.hash_scheme);
+    if (control_.has_pool(i))
+      if (const shm::DiskTierInfo* d = control_.registry(i).disk_info()) m.disk = d->enabled != 0;
     metas.push_back(std::move(m));
   }
   return metas;
@@ -124,9 +128,48 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
     }
     snap.resume_ids = resume;
     snap.consistent = quiet && invariants;
+    fold_disk_records(resume, &snap);
     return snap;
   }
   return last_error;
+}
+
+void DaemonAttachment::fold_disk_records(const std::vector<uint64_t>& resume,
+                                         RegistrySnapshot* snap) const {
+  // The rings in PoolEventRings' order (pools this process reads that have a ring).
+  size_t k = 0;
+  for (uint32_t i = 0; i < control_.num_pools() && k < resume.size(); ++i) {
+    if (!control_.has_pool(i) || !control_.registry(i).has_event_ring()) continue;
+    const uint64_t until = resume[k++];
+    const shm::DiskTierInfo* d = control_.registry(i).disk_info();
+    if (d == nullptr || d->enabled == 0) continue;
+    auto reader = control_.registry(i).event_ring();  // its own position, from record 1
+    if (!reader) continue;
+    // Every Removed after a Stored it read is read too: even a lapped fold holds only
+    // blocks still on disk at `until`.
+    std::unordered_map<uint64_t, RegisteredBlock> on_disk;
+    shm::EventRecord r;
+    while (reader->position() < until) {
+      const auto o = reader->next(&r);
+      if (o == shm::EventRingReader::Outcome::kEmpty) break;
+      if (o == shm::EventRingReader::Outcome::kLapped) continue;  // lost() counts them
+      if (r.event_id >= until) break;
+      if (!r.disk_tier()) continue;
+      const shm::EventPayload& p = r.payload;
+      if (r.type() == shm::EventType::kStored) {
+        on_disk[p.sequence_hash] = {
+            p.sequence_hash, p.block_hash, r.has_parent() ? p.parent_hash : 0, i,
+            r.has_parent(),  true};
+      } else if (r.type() == shm::EventType::kRemoved) {
+        on_disk.erase(p.sequence_hash);
+      }
+    }
+    if (reader->lost() != 0) {
+      snap->disk_exact = false;
+      snap->disk_records_lost += reader->lost();
+    }
+    for (const auto& [seq, b] : on_disk) snap->blocks.push_back(b);
+  }
 }
 
 }  // namespace kvpool::events

@@ -21,7 +21,8 @@
 namespace kvpool::events {
 
 struct RegistrySnapshot {
-  std::vector<RegisteredBlock> blocks;  // every readable pool's active and inactive blocks
+  // Every readable pool's active and inactive blocks, then its disk tier's (disk = true).
+  std::vector<RegisteredBlock> blocks;
   // Replay each ring from its id here (PoolEventRings::seek) on top of the snapshot: every
   // change the copy may have missed (or half-seen) has an event at or after it.
   std::vector<uint64_t> resume_ids;
@@ -30,6 +31,12 @@ struct RegistrySnapshot {
   // unchanged) and passed check_invariants. False: the daemon was never quiet for long
   // enough, and the copy is best effort (the replay from resume_id repairs membership).
   bool consistent = false;
+  // The disk tiers' blocks are the disk records of each ring up to resume_ids, folded: the
+  // daemon announces its whole disk index first (docs/disk-tier.md "Events"), so while a
+  // ring still holds its first record they are exactly what is on disk. False: some ring
+  // lost its oldest records, and the disk blocks are a subset (each one still on disk).
+  bool disk_exact = true;
+  uint64_t disk_records_lost = 0;  // records those rings overwrote (of either tier)
 };
 
 class DaemonAttachment {
@@ -60,6 +67,8 @@ class DaemonAttachment {
 
  private:
   DaemonAttachment() = default;
+  // Adds the disk tiers' blocks as of `resume` (one id per ring) to *snap.
+  void fold_disk_records(const std::vector<uint64_t>& resume, RegistrySnapshot* snap) const;
 
   shm::ControlReader control_;
   shm::PoolEventRings ring_;

@@ -84,6 +84,12 @@ void Forwarder::resync(const char* why) {
       why, snap->blocks.size(), need_resync_ ? "a failed publish" : "stored events",
       fmt::join(snap->resume_ids, "/"),
       snap->consistent ? "" : " (busy daemon: best-effort snapshot)");
+  if (!snap->disk_exact)
+    spdlog::warn(
+        "resync ({}): the event rings of the pools with a disk tier have overwritten {} "
+        "record(s) since kvpoold started: routers are told the disk blocks written since "
+        "(each still on disk), not older ones (a larger event_ring_slots keeps more)",
+        why, snap->disk_records_lost);
 }
 
 void Forwarder::idle(uint32_t& idle_rounds) {

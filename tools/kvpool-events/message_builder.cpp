@@ -6,17 +6,23 @@
 namespace kvpool::events {
 namespace {
 
-uint32_t pool_bit(uint32_t pool) { return pool < 32 ? uint32_t{1} << pool : 0x80000000u; }
+constexpr uint64_t kMemoryBits = 0xFFFFFFFFull;
+constexpr uint64_t kDiskBits = kMemoryBits << 32;
+
+uint64_t pool_bit(uint32_t pool, bool disk) {
+  return uint64_t{1} << (std::min<uint32_t>(pool, 31) + (disk ? 32 : 0));
+}
 
 }  // namespace
 
-EventSource MessageBuilder::source(uint32_t pool) const {
+EventSource MessageBuilder::source(uint32_t pool, bool disk) const {
   if (!full_envelope_) return EventSource(identity_.worker_id);
   const PoolMeta& meta = pool_meta(pools_, pool);
   EventSource src(identity_.worker_id);
   src.dp_rank = identity_.dp_rank;
-  src.storage_tier = meta.device ? kTierDevice : kTierHostPinned;
-  // Without a CacheOwnerId Dynamo refuses cache_owner events: speak as the worker then.
+  src.storage_tier = disk ? kTierDisk : meta.device ? kTierDevice : kTierHostPinned;
+  // Without a CacheOwnerId Dynamo refuses cache_owner events: speak as the worker then. A
+  // disk tier belongs to a host pool and speaks as its pool does.
   const bool owner = !meta.device && identity_.cache_owner && identity_.state_source.is_object();
   src.residency_domain = owner ? kDomainCacheOwner : kDomainWorker;
   if (owner) src.state_source = &identity_.state_source;
@@ -24,15 +30,17 @@ EventSource MessageBuilder::source(uint32_t pool) const {
   return src;
 }
 
-uint32_t MessageBuilder::tier_mask(uint32_t pool) const {
+uint64_t MessageBuilder::tier_mask(uint32_t pool, bool disk) const {
+  // Every disk tier of the worker is one "disk" cache to the router.
+  if (disk) return kDiskBits;
   // Dynamo 0.2.1's envelope has no tier: every pool is one cache to that router, as before.
-  if (!full_envelope_ || pools_.empty()) return ~uint32_t{0};
+  if (!full_envelope_ || pools_.empty()) return kMemoryBits;
   const bool device = pool_meta(pools_, pool).device;
-  uint32_t mask = 0;
+  uint64_t mask = 0;
   for (uint32_t i = 0; i < pools_.size(); ++i)
-    if (pools_[i].device == device) mask |= pool_bit(i);
+    if (pools_[i].device == device) mask |= pool_bit(i, false);
   // Pools the table lacks are host pools (pool_meta's default).
-  if (!device && pools_.size() < 32) mask |= ~((uint32_t{1} << pools_.size()) - 1);
+  if (!device && pools_.size() < 32) mask |= kMemoryBits & ~((uint64_t{1} << pools_.size()) - 1);
   return mask;
 }
 
@@ -57,6 +65,15 @@ void MessageBuilder::send_cleared() {
   // A device pool speaks as "worker"; so does a host pool when the identity says so (then
   // the clear above already was the worker's).
   if (device && identity_.cache_owner) once(first_device);
+  // A router that keeps tiers apart may clear one tier at a time: the disk tier is told too.
+  for (uint32_t i = 0; i < pools_.size(); ++i) {
+    if (!pools_[i].disk) continue;
+    json_.clear();
+    append_cleared_json(json_, source(i, true), next_event_id_);
+    ++stats_.cleared;
+    send(json_);
+    break;
+  }
 }
 
 void MessageBuilder::send(const std::string& json) {
@@ -68,7 +85,8 @@ void MessageBuilder::send(const std::string& json) {
 void MessageBuilder::send_stored() {
   if (stored_.empty()) return;
   json_.clear();
-  append_stored_json(json_, source(stored_pool_), next_event_id_, stored_parent_, stored_);
+  append_stored_json(json_, source(stored_pool_, stored_disk_), next_event_id_, stored_parent_,
+                     stored_);
   stats_.stored_blocks += stored_.size();
   stored_.clear();
   stored_parent_.reset();
@@ -78,22 +96,22 @@ void MessageBuilder::send_stored() {
 void MessageBuilder::send_removed() {
   if (removed_.empty()) return;
   json_.clear();
-  append_removed_json(json_, source(removed_pool_), next_event_id_, removed_);
+  append_removed_json(json_, source(removed_pool_, removed_disk_), next_event_id_, removed_);
   stats_.removed_blocks += removed_.size();
   removed_.clear();
   send(json_);
 }
 
-void MessageBuilder::stored_block(uint32_t pool, uint64_t seq, uint64_t block, bool has_parent,
-                                  uint64_t parent) {
-  uint32_t& mask = pools_of_[seq];
-  const bool known = (mask & tier_mask(pool)) != 0;
-  mask |= pool_bit(pool);
+void MessageBuilder::stored_block(uint32_t pool, bool disk, uint64_t seq, uint64_t block,
+                                  bool has_parent, uint64_t parent) {
+  uint64_t& mask = pools_of_[seq];
+  const bool known = (mask & tier_mask(pool, disk)) != 0;
+  mask |= pool_bit(pool, disk);
   if (known) return;  // another pool of the tier already told the router
   // A message's blocks are a chain of one tier: start another one where this block does not
   // continue it.
   const bool continues = !stored_.empty() && has_parent && parent == stored_.back().block_hash &&
-                         (tier_mask(stored_pool_) & pool_bit(pool)) != 0;
+                         (tier_mask(stored_pool_, stored_disk_) & pool_bit(pool, disk)) != 0;
   if (!continues || stored_.size() >= kMaxBlocksPerMessage) {
     // A full message splits a chain: the next message hangs under its last block.
     const bool split_chain = continues;
@@ -106,19 +124,23 @@ void MessageBuilder::stored_block(uint32_t pool, uint64_t seq, uint64_t block, b
     }
   }
   stored_pool_ = pool;
+  stored_disk_ = disk;
   stored_.push_back({seq, block});
 }
 
-void MessageBuilder::removed_block(uint32_t pool, uint64_t seq) {
+void MessageBuilder::removed_block(uint32_t pool, bool disk, uint64_t seq) {
   auto it = pools_of_.find(seq);
   if (it == pools_of_.end()) return;  // never told (removed before a resync's snapshot)
-  if ((it->second & pool_bit(pool)) == 0) return;
-  it->second &= ~pool_bit(pool);
-  if ((it->second & tier_mask(pool)) != 0) return;  // another pool of the tier still holds it
+  const uint64_t bit = pool_bit(pool, disk);
+  if ((it->second & bit) == 0) return;
+  it->second &= ~bit;
+  // Another pool of the tier still holds it.
+  if ((it->second & tier_mask(pool, disk)) != 0) return;
   if (it->second == 0) pools_of_.erase(it);
   // A message's removals are of one tier.
-  if (!removed_.empty() && (tier_mask(removed_pool_) & pool_bit(pool)) == 0) send_removed();
+  if (!removed_.empty() && (tier_mask(removed_pool_, removed_disk_) & bit) == 0) send_removed();
   removed_pool_ = pool;
+  removed_disk_ = disk;
   removed_.push_back(seq);
   if (removed_.size() >= kMaxRemovedPerMessage) send_removed();
 }
@@ -126,24 +148,28 @@ void MessageBuilder::removed_block(uint32_t pool, uint64_t seq) {
 void MessageBuilder::add(const shm::EventRecord& r) {
   ++stats_.records;
   const uint32_t pool = r.payload.pool;
+  const bool disk = r.disk_tier();
+  // Dynamo 0.2.1's envelope cannot say "disk": its router would take these for memory.
+  if (disk && !full_envelope_) return;
   switch (r.type()) {
     case shm::EventType::kStored:
       send_removed();
       if (r.batch_first()) send_stored();  // a batch cut short by a lap: send what came
-      stored_block(pool, r.payload.sequence_hash, r.payload.block_hash, r.has_parent(),
+      stored_block(pool, disk, r.payload.sequence_hash, r.payload.block_hash, r.has_parent(),
                    r.payload.parent_hash);
       if (r.batch_last()) send_stored();
       break;
     case shm::EventType::kRemoved:
       send_stored();
-      removed_block(pool, r.payload.sequence_hash);
+      removed_block(pool, disk, r.payload.sequence_hash);
       break;
     case shm::EventType::kCleared: {
       send_stored();
       send_removed();
       removed_pool_ = pool;
-      const uint32_t bit = pool_bit(pool);
-      const uint32_t tier = tier_mask(pool);
+      removed_disk_ = false;
+      const uint64_t bit = pool_bit(pool, false);
+      const uint64_t tier = tier_mask(pool, false);
       for (auto it = pools_of_.begin(); it != pools_of_.end();) {
         if ((it->second & bit) == 0) {
           ++it;
@@ -190,11 +216,18 @@ void MessageBuilder::resync(std::span<const RegisteredBlock> blocks) {
   in_sync_ = true;
   ++stats_.resyncs;
   send_cleared();
-  // Each storage tier is its own cache to the router: host pools' chains, then device's.
-  for (const bool device : {false, true}) {
+  // Each storage tier is its own cache to the router: host pools' chains, then device's,
+  // then the disk tiers' (none in Dynamo 0.2.1's envelope, which has no tier).
+  enum class Tier { kHost, kDevice, kDisk };
+  for (const Tier t : {Tier::kHost, Tier::kDevice, Tier::kDisk}) {
+    if (t == Tier::kDisk && !full_envelope_) break;
     std::vector<RegisteredBlock> tier;
-    for (const RegisteredBlock& b : blocks)
-      if (pool_meta(pools_, b.pool).device == device) tier.push_back(b);
+    for (const RegisteredBlock& b : blocks) {
+      const Tier of = b.disk                             ? Tier::kDisk
+                      : pool_meta(pools_, b.pool).device ? Tier::kDevice
+                                                         : Tier::kHost;
+      if (of == t) tier.push_back(b);
+    }
     if (!tier.empty()) resync_tier(tier);
   }
 }
@@ -207,12 +240,13 @@ void MessageBuilder::resync_tier(std::span<const RegisteredBlock> blocks) {
     uint64_t parent;
     uint32_t pool;  // one of the pools holding it: the message's tier
     bool has_parent;
+    bool disk;
   };
   std::unordered_map<uint64_t, Node> nodes;
   nodes.reserve(blocks.size());
   for (const RegisteredBlock& b : blocks) {
-    pools_of_[b.sequence_hash] |= pool_bit(b.pool);
-    nodes.emplace(b.sequence_hash, Node{b.block_hash, b.parent_hash, b.pool, b.has_parent});
+    pools_of_[b.sequence_hash] |= pool_bit(b.pool, b.disk);
+    nodes.emplace(b.sequence_hash, Node{b.block_hash, b.parent_hash, b.pool, b.has_parent, b.disk});
   }
   std::unordered_multimap<uint64_t, uint64_t> children;  // parent -> child
   std::vector<uint64_t> roots;
@@ -247,6 +281,7 @@ void MessageBuilder::resync_tier(std::span<const RegisteredBlock> blocks) {
         }
       }
       stored_pool_ = n.pool;
+      stored_disk_ = n.disk;
       stored_.push_back({seq, n.block_hash});
       // Depth first; the first child is popped next and so continues this chain.
       auto [lo, hi] = children.equal_range(seq);

@@ -10,6 +10,9 @@
 // - A worker with several pools of one storage tier is one cache to the router: a hash is
 //   stored when the first pool of the tier registers it and removed when the last one drops
 //   it. Host and device pools are told apart (storage_tier "host_pinned" / "device").
+// - A pool's disk tier (records flagged kEventTierDisk) is a tier of its own, "disk": the
+//   same hash may be stored in host memory and on disk, and leaving one says nothing about
+//   the other. Dynamo 0.2.1's envelope has no tier: disk records are not sent in it.
 // - Host pools speak for a shared cache (residency_domain "cache_owner" with the identity's
 //   state_source, Dynamo's CacheOwnerId) when the identity says so; otherwise, and device
 //   pools always, as "worker" (Dynamo refuses cache_owner stores in device memory).
@@ -39,6 +42,7 @@ struct RegisteredBlock {
   uint64_t parent_hash;  // valid when has_parent
   uint32_t pool;
   bool has_parent;
+  bool disk = false;  // on the pool's disk tier (not in its memory)
 };
 
 // How this forwarder introduces itself to the router (RouterEvent's envelope).
@@ -97,14 +101,16 @@ class MessageBuilder {
   void send_stored();
   void send_removed();
   void send(const std::string& json);
-  void stored_block(uint32_t pool, uint64_t seq, uint64_t block, bool has_parent, uint64_t parent);
-  void removed_block(uint32_t pool, uint64_t seq);
+  // `disk`: the record is about the pool's disk tier, not its memory.
+  void stored_block(uint32_t pool, bool disk, uint64_t seq, uint64_t block, bool has_parent,
+                    uint64_t parent);
+  void removed_block(uint32_t pool, bool disk, uint64_t seq);
   void send_cleared();
   void resync_tier(std::span<const RegisteredBlock> blocks);
-  // The envelope of an event about `pool`'s memory.
-  EventSource source(uint32_t pool) const;
-  // Bits of the pools that share `pool`'s storage tier.
-  uint32_t tier_mask(uint32_t pool) const;
+  // The envelope of an event about `pool`'s memory (or its disk tier).
+  EventSource source(uint32_t pool, bool disk = false) const;
+  // Bits of the caches (a pool's memory, or its disk tier) that share that one's storage tier.
+  uint64_t tier_mask(uint32_t pool, bool disk) const;
 
   RouterIdentity identity_;
   bool full_envelope_ = false;
@@ -113,13 +119,17 @@ class MessageBuilder {
   uint64_t next_event_id_ = 1;  // consecutive per forwarder run
   bool in_sync_ = true;
   BuilderStats stats_;
-  std::unordered_map<uint64_t, uint32_t> pools_of_;  // sequence hash -> bit per pool holding it
+  // Sequence hash -> a bit per cache holding it: pool i's memory is bit i, its disk tier bit
+  // 32 + i (pools from 31 on share the last bit of each half).
+  std::unordered_map<uint64_t, uint64_t> pools_of_;
   // The stored message being built: a chain under stored_parent_.
   std::optional<uint64_t> stored_parent_;
   std::vector<StoredHashes> stored_;
   uint32_t stored_pool_ = 0;
+  bool stored_disk_ = false;
   std::vector<uint64_t> removed_;
   uint32_t removed_pool_ = 0;
+  bool removed_disk_ = false;
   std::string json_;  // reused buffer
 };
 

@@ -8,7 +8,7 @@
 //
 // and today's RouterEvent (Dynamo's kv-router protocols.rs), which kvpool-events sends:
 //
-//   {"worker_id":W,"storage_tier":"host_pinned"|"device",
+//   {"worker_id":W,"storage_tier":"host_pinned"|"device"|"disk",
 //    "residency_domain":"worker"|"cache_owner",
 //    "event":{"event_id":N,"dp_rank":R,"data":...},
 //    "state_source":{...},           (cache_owner only: Dynamo's CacheOwnerId, an object)
@@ -60,7 +60,7 @@ struct StoredHashes {
 struct EventSource {
   int64_t worker_id = 0;
   std::optional<uint32_t> dp_rank;
-  std::string_view storage_tier;      // "host_pinned" | "device"
+  std::string_view storage_tier;      // "host_pinned" | "device" | "disk"
   std::string_view residency_domain;  // "cache_owner" | "worker"
   // cache_owner: Dynamo's CacheOwnerId of the cache (a JSON object; null or absent: none).
   const nlohmann::ordered_json* state_source = nullptr;
@@ -74,6 +74,7 @@ inline constexpr std::string_view kDefaultTopic = "kv-events";  // Dynamo today
 inline constexpr std::string_view kLegacyTopic = "kv_events";   // Dynamo 0.2.1
 inline constexpr std::string_view kTierHostPinned = "host_pinned";
 inline constexpr std::string_view kTierDevice = "device";
+inline constexpr std::string_view kTierDisk = "disk";  // a host pool's disk tier
 inline constexpr std::string_view kDomainCacheOwner = "cache_owner";
 inline constexpr std::string_view kDomainWorker = "worker";
 

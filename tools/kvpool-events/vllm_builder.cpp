@@ -41,14 +41,19 @@ void VllmBatchBuilder::push(VllmEvent e) { events_.push_back(std::move(e)); }
 
 void VllmBatchBuilder::close_open() { open_ = Open::kNone; }
 
-void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent,
-                                    std::span<const uint32_t> tokens) {
+std::string_view VllmBatchBuilder::medium(uint32_t pool, bool disk) const {
+  if (disk) return kMediumDisk;
+  return pool_meta(pools_, pool).device ? kMediumGpu : kMediumCpu;
+}
+
+void VllmBatchBuilder::stored_block(uint32_t pool, bool disk, uint64_t seq, bool has_parent,
+                                    uint64_t parent, std::span<const uint32_t> tokens) {
   // Tokens of a whole page or none: consumers split token_ids by block_size.
   if (tokens.size() != pool_meta(pools_, pool).page_size) tokens = {};
   // An event's blocks are a chain: continue the open one only where this block hangs under
   // its last block, and its token ids are there exactly when the event's are.
-  const bool continues = open_ == Open::kStored && open_pool_ == pool && has_parent &&
-                         events_.back().block_hashes.back() == signed_hash(parent) &&
+  const bool continues = open_ == Open::kStored && open_pool_ == pool && open_disk_ == disk &&
+                         has_parent && events_.back().block_hashes.back() == signed_hash(parent) &&
                          events_.back().block_hashes.size() < kMaxHashesPerEvent &&
                          events_.back().token_ids.empty() == tokens.empty();
   if (!continues) {
@@ -58,10 +63,11 @@ void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent
     e.kind = VllmEvent::Kind::kStored;
     if (has_parent) e.parent_block_hash = signed_hash(parent);
     e.block_size = meta.page_size;
-    e.medium = meta.device ? kMediumGpu : kMediumCpu;
+    e.medium = medium(pool, disk);
     push(std::move(e));
     open_ = Open::kStored;
     open_pool_ = pool;
+    open_disk_ = disk;
   }
   events_.back().block_hashes.push_back(signed_hash(seq));
   events_.back().token_ids.insert(events_.back().token_ids.end(), tokens.begin(), tokens.end());
@@ -72,23 +78,26 @@ void VllmBatchBuilder::stored_block(uint32_t pool, uint64_t seq, bool has_parent
 void VllmBatchBuilder::add(const shm::EventRecord& r, std::span<const uint32_t> tokens) {
   ++stats_.records;
   const uint32_t pool = r.payload.pool;
+  const bool disk = r.disk_tier();
   switch (r.type()) {
     case shm::EventType::kStored:
       if (r.batch_first()) close_open();  // another register call: another BlockStored
-      stored_block(pool, r.payload.sequence_hash, r.has_parent(), r.payload.parent_hash, tokens);
+      stored_block(pool, disk, r.payload.sequence_hash, r.has_parent(), r.payload.parent_hash,
+                   tokens);
       if (r.batch_last()) close_open();
       break;
     case shm::EventType::kRemoved: {
-      const bool continues = open_ == Open::kRemoved && open_pool_ == pool &&
+      const bool continues = open_ == Open::kRemoved && open_pool_ == pool && open_disk_ == disk &&
                              events_.back().block_hashes.size() < kMaxHashesPerEvent;
       if (!continues) {
         begin(pool);
         VllmEvent e;
         e.kind = VllmEvent::Kind::kRemoved;
-        e.medium = pool_meta(pools_, pool).device ? kMediumGpu : kMediumCpu;
+        e.medium = medium(pool, disk);
         push(std::move(e));
         open_ = Open::kRemoved;
         open_pool_ = pool;
+        open_disk_ = disk;
       }
       events_.back().block_hashes.push_back(signed_hash(r.payload.sequence_hash));
       ++stats_.removed_blocks;
@@ -120,13 +129,15 @@ void VllmBatchBuilder::resync(std::span<const RegisteredBlock> blocks) {
     uint64_t parent;
     bool has_parent;
   };
-  std::map<uint32_t, std::unordered_map<uint64_t, Node>> by_pool;
+  // Per pool memory first, then per pool disk tier (each its own medium).
+  std::map<std::pair<bool, uint32_t>, std::unordered_map<uint64_t, Node>> by_pool;
   for (const RegisteredBlock& b : blocks)
-    by_pool[b.pool].emplace(b.sequence_hash, Node{b.parent_hash, b.has_parent});
+    by_pool[{b.disk, b.pool}].emplace(b.sequence_hash, Node{b.parent_hash, b.has_parent});
   std::vector<uint64_t> stack;
   for (auto& entry : by_pool) {
     // Named, not a structured binding: the walk below captures them (clang 14 cannot).
-    const uint32_t pool = entry.first;
+    const bool disk = entry.first.first;
+    const uint32_t pool = entry.first.second;
     const auto& nodes = entry.second;
     std::unordered_multimap<uint64_t, uint64_t> children;
     std::vector<uint64_t> roots;
@@ -146,7 +157,7 @@ void VllmBatchBuilder::resync(std::span<const RegisteredBlock> blocks) {
         stack.pop_back();
         if (!sent.insert(seq).second) continue;
         const Node& n = nodes.at(seq);
-        stored_block(pool, seq, n.has_parent, n.parent);
+        stored_block(pool, disk, seq, n.has_parent, n.parent);
         auto [lo, hi] = children.equal_range(seq);
         std::vector<uint64_t> kids;
         for (auto it = lo; it != hi; ++it) kids.push_back(it->second);

@@ -11,7 +11,8 @@
 //   builder asks for a resync (in_sync() false) and the forwarder sends AllBlocksCleared and
 //   the whole registry again.
 // - Pools are not merged: a hash held by a host and a device pool is stored twice, once per
-//   medium, as vLLM reports its tiers.
+//   medium, as vLLM reports its tiers. A pool's disk tier (records flagged kEventTierDisk) is
+//   medium "DISK": a block written behind is stored again there, and removed there alone.
 // - A batch goes out when the ring runs dry (flush()), when it holds kMaxEventsPerBatch
 //   events, and before an event from a pool of another hash scheme (a batch names one).
 #pragma once
@@ -69,8 +70,9 @@ class VllmBatchBuilder {
  private:
   void begin(uint32_t pool);  // flushes first when `pool` has another scheme than the batch
   void push(VllmEvent e);
-  void stored_block(uint32_t pool, uint64_t seq, bool has_parent, uint64_t parent,
+  void stored_block(uint32_t pool, bool disk, uint64_t seq, bool has_parent, uint64_t parent,
                     std::span<const uint32_t> tokens = {});
+  std::string_view medium(uint32_t pool, bool disk) const;
   void close_open();
 
   VllmEncoding encoding_;
@@ -84,6 +86,7 @@ class VllmBatchBuilder {
   // The event being filled (the back of events_), or none.
   enum class Open { kNone, kStored, kRemoved } open_ = Open::kNone;
   uint32_t open_pool_ = 0;
+  bool open_disk_ = false;
   std::string payload_;  // reused buffer
 };
 

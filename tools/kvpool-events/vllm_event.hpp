@@ -32,9 +32,12 @@ namespace kvpool::events {
 
 enum class VllmEncoding { kMap, kArray };
 
-// vLLM's medium names: "GPU" (MEDIUM_GPU) for device pools, "CPU" for host pools.
+// vLLM's medium names: "GPU" (MEDIUM_GPU) for device pools, "CPU" for host pools (as vLLM's
+// CPU offloading names its tier), "DISK" for a host pool's disk tier (medium is a free
+// string in vLLM; consumers compare it by name).
 inline constexpr std::string_view kMediumGpu = "GPU";
 inline constexpr std::string_view kMediumCpu = "CPU";
+inline constexpr std::string_view kMediumDisk = "DISK";
 
 struct VllmEvent {
   enum class Kind { kStored, kRemoved, kCleared };

@@ -63,6 +63,7 @@ void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
     nlohmann::json j{{"event_id", r.event_id},
                      {"type", type_name(r.type())},
                      {"pool", pool},
+                     {"tier", r.disk_tier() ? "disk" : "memory"},
                      {"time_ns", p.time_ns}};
     // Every hash also as a decimal string (*_str): jq and JavaScript read JSON numbers as
     // doubles and silently round 64-bit hashes.
@@ -110,6 +111,9 @@ void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
       std::snprintf(line, sizeof(line), "%" PRIu64 " %s pool=%s", r.event_id, type_name(r.type()),
                     pool.c_str());
   }
+  // The pool's disk tier (docs/disk-tier.md): a Stored / Removed of its own.
+  if (r.disk_tier())
+    std::snprintf(line + std::strlen(line), sizeof(line) - std::strlen(line), " tier=disk");
   std::cout << line << "\n";
 }
 

@@ -115,7 +115,8 @@ uint64_t EventRingWriter::append(std::span<EventPayload> records,
     EventPayload& p = records[i];
     p.batch_id = first;
     p.batch_size = n;
-    p.flags = static_cast<uint8_t>(p.flags & kEventHasParent);
+    // The producer's own facts (parent, tier) stay; the batch and token flags are set here.
+    p.flags = static_cast<uint8_t>(p.flags & (kEventHasParent | kEventTierDisk));
     p.token_slot = 0;
     if (i == 0) p.flags |= kEventBatchFirst;
     if (i + 1 == n) p.flags |= kEventBatchLast;

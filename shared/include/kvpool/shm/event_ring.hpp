@@ -60,6 +60,10 @@ inline constexpr uint8_t kEventHasParent = 1;   // parent_hash is valid
 inline constexpr uint8_t kEventBatchFirst = 2;  // first record of its batch
 inline constexpr uint8_t kEventBatchLast = 4;   // last record of its batch
 inline constexpr uint8_t kEventHasTokens = 8;   // Stored: token_slot names its token chunks
+// Stored / Removed of the pool's disk tier (docs/disk-tier.md), not of its host memory: a
+// block may be in both, and each tier has its own Stored and Removed. Readers that predate
+// the flag must not take these for host events (kvpool-events and kvpoolctl know it).
+inline constexpr uint8_t kEventTierDisk = 16;
 
 // Most token ids one record carries (a block's page_size): a larger block's record carries
 // none. Bounds what a reader copies and what one record takes of the token area.
@@ -77,7 +81,7 @@ struct EventPayload {
   uint32_t batch_size;     // records in this record's batch
   uint16_t pool;           // pool index (PoolInfo order)
   uint8_t type;            // EventType
-  uint8_t flags;           // kEventHasParent | kEventBatchFirst | kEventBatchLast | ...Tokens
+  uint8_t flags;           // kEventHasParent | kEventBatchFirst | ...Last | ...Tokens | ...TierDisk
   uint32_t token_slot;     // with kEventHasTokens: index of the first TokenChunk (else 0)
 };
 static_assert(std::is_standard_layout_v<EventPayload> &&
@@ -144,6 +148,7 @@ struct EventRecord {
   bool batch_first() const { return (payload.flags & kEventBatchFirst) != 0; }
   bool batch_last() const { return (payload.flags & kEventBatchLast) != 0; }
   bool has_tokens() const { return (payload.flags & kEventHasTokens) != 0; }
+  bool disk_tier() const { return (payload.flags & kEventTierDisk) != 0; }
 };
 
 // kInvalidArgument unless capacity is a power of two in [2, kEventRingMaxCapacity].

@@ -1,0 +1,434 @@
+// The disk tier's events end to end (issue 28 item 8): a real kvpoold whose pool has a disk
+// tier (a slot file on the real file system), a real kvpool-events, and a real consumer:
+// nats-server with a raw subscriber reading Dynamo's RouterEvent JSON, or the vLLM-format
+// Python subscriber (vllm_subscriber.py) on ZMQ. Blocks are registered, written behind,
+// evicted from a small disk, and the consumer must see host Stored, then disk Stored for the
+// same hashes (storage_tier "disk" / medium "DISK"), and disk Removed for the evicted slots,
+// while the host tier's events stay what they were. Every wait is on a condition.
+#include <gtest/gtest.h>
+#include <nats/nats.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "events_testbed.hpp"
+#include "examples/router_demo/router_index.hpp"
+#include "tools/kvpool-events/router_event.hpp"
+
+namespace kvpool::evtest {
+namespace {
+
+constexpr uint32_t kPage = 4;
+constexpr uint32_t kHostBlocks = 64;
+constexpr uint32_t kDiskSlots = 8;
+constexpr int64_t kWorker = 77;
+const char* kPython = "/usr/bin/python3";
+
+// A directory on the real file system (/var/tmp is no tmpfs here), removed unless a test failed.
+struct TempDir {
+  explicit TempDir(const char* tmpl_text) {
+    std::string t = tmpl_text;
+    if (!::mkdtemp(t.data())) throw HarnessError("mkdtemp " + std::string(tmpl_text));
+    path = t;
+  }
+  std::string path;
+  bool keep = false;
+  ~TempDir() {
+    if (keep) {
+      std::fprintf(stderr, "logs kept in %s\n", path.c_str());
+    } else {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  }
+};
+
+// One host pool "g" of kHostBlocks blocks (page 4) with a disk tier of `slots` slots in `file`.
+nlohmann::json disk_events_config(const std::string& file, uint32_t slots = kDiskSlots) {
+  auto pool = mptest::host_pool("g", kHostBlocks, kPage);
+  pool["disk"] = {{"path", file}, {"num_blocks", slots}};
+  auto c = mptest::test_config(nlohmann::json::array({pool}));
+  c["event_ring_slots"] = 65536;
+  return c;
+}
+
+std::vector<uint64_t> chain_of(const std::vector<Token>& tokens) {
+  auto seq = TokenBlockSequence::create(tokens, kPage, kDynamoSeed);
+  if (!seq) throw HarnessError(seq.status().to_string());
+  return seq->sequence_hashes();
+}
+
+Client connect(const DaemonProcess& d) {
+  ConnectOptions o;
+  o.runtime_dir = d.runtime_dir();
+  auto c = Client::connect(d.instance(), o);
+  if (!c) throw HarnessError("connect: " + c.status().to_string());
+  return std::move(c.value());
+}
+
+// ---- Dynamo: RouterEvent JSON on NATS --------------------------------------------------
+
+struct Inbox {
+  std::mutex mu;
+  std::vector<std::string> msgs;
+  static void on_msg(natsConnection*, natsSubscription*, natsMsg* m, void* self) {
+    auto* in = static_cast<Inbox*>(self);
+    std::lock_guard lk(in->mu);
+    in->msgs.emplace_back(natsMsg_GetData(m), static_cast<size_t>(natsMsg_GetDataLength(m)));
+    natsMsg_Destroy(m);
+  }
+  std::vector<events::RouterEvent> events() {
+    std::lock_guard lk(mu);
+    std::vector<events::RouterEvent> out;
+    for (const auto& s : msgs) {
+      auto e = events::parse_router_event(s);
+      if (!e) throw HarnessError("not a router event: " + s);
+      out.push_back(*e);
+    }
+    return out;
+  }
+};
+
+// What the messages say each tier holds now, and where each hash was first stored per tier.
+struct TierView {
+  std::map<std::string, std::set<uint64_t>> held;        // tier -> hashes
+  std::map<std::string, std::map<uint64_t, size_t>> at;  // tier -> hash -> message index
+  std::map<std::string, std::multiset<uint64_t>> removed;
+  std::map<std::string, std::multiset<uint64_t>> stored;
+};
+
+TierView view_of(const std::vector<events::RouterEvent>& evs) {
+  TierView v;
+  for (size_t i = 0; i < evs.size(); ++i) {
+    const auto& e = evs[i];
+    switch (e.kind) {
+      case events::RouterEvent::Kind::kStored:
+        for (const auto& b : e.blocks) {
+          v.held[e.storage_tier].insert(b.block_hash);
+          v.stored[e.storage_tier].insert(b.block_hash);
+          v.at[e.storage_tier].emplace(b.block_hash, i);
+        }
+        break;
+      case events::RouterEvent::Kind::kRemoved:
+        for (uint64_t h : e.block_hashes) {
+          v.held[e.storage_tier].erase(h);
+          v.removed[e.storage_tier].insert(h);
+        }
+        break;
+      case events::RouterEvent::Kind::kCleared:
+        v.held[e.storage_tier].clear();
+        break;
+    }
+  }
+  return v;
+}
+
+bool holds_all(const std::set<uint64_t>& s, const std::vector<uint64_t>& hashes) {
+  for (uint64_t h : hashes)
+    if (!s.count(h)) return false;
+  return true;
+}
+
+class DiskEventsNats : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (nats_server_binary().empty())
+      GTEST_SKIP() << "nats-server is not installed (apt install nats-server): skipped";
+    dir_ = std::make_unique<TempDir>("/var/tmp/kvpool-diskev-XXXXXX");
+    subject_ = {"d" + std::to_string(::getpid()), "kvpool"};
+    nats_ = std::make_unique<NatsServer>(dir_->path);
+    nats_->start();
+    ASSERT_EQ(natsConnection_ConnectTo(&nc_, nats_->url().c_str()), NATS_OK);
+    const std::string subject =
+        "namespace." + subject_.ns + ".component." + subject_.component + ".kv-events";
+    ASSERT_EQ(natsConnection_Subscribe(&sub_, nc_, subject.c_str(), &Inbox::on_msg, &inbox_),
+              NATS_OK);
+    ASSERT_EQ(natsConnection_FlushTimeout(nc_, 5000), NATS_OK);
+  }
+  void TearDown() override {
+    fwd_.reset();
+    daemon_.reset();
+    if (sub_) natsSubscription_Destroy(sub_);
+    if (nc_) natsConnection_Destroy(nc_);
+    nats_.reset();
+    if (dir_ && HasFailure()) dir_->keep = true;
+  }
+
+  void start_daemon() {
+    daemon_ = std::make_unique<DaemonProcess>(disk_events_config(dir_->path + "/g.slots"));
+    daemon_->start();
+  }
+  void start_forwarder() {
+    fwd_ = std::make_unique<ForwarderProcess>(*daemon_, nats_->url(), subject_, kWorker);
+    fwd_->start();
+  }
+
+  // Waits until `pred` holds for what the subscriber received; returns it.
+  template <typename Pred>
+  std::vector<events::RouterEvent> wait_events(Pred pred, const std::string& what) {
+    std::vector<events::RouterEvent> evs;
+    wait_until([&] { return pred(evs = inbox_.events()); }, 30s, what,
+               [&] {
+                 std::string s = std::to_string(evs.size()) + " message(s)";
+                 if (fwd_) s += "; kvpool-events:\n" + fwd_->stderr_text();
+                 if (daemon_) s += "\nkvpoold:\n" + daemon_->stderr_text();
+                 return s;
+               });
+    return evs;
+  }
+
+  std::unique_ptr<TempDir> dir_;
+  Subject subject_;
+  std::unique_ptr<NatsServer> nats_;
+  natsConnection* nc_ = nullptr;
+  natsSubscription* sub_ = nullptr;
+  Inbox inbox_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<ForwarderProcess> fwd_;
+};
+
+TEST_F(DiskEventsNats, HostStoredThenDiskStoredThenDiskRemovedWhenTheDiskEvicts) {
+  start_daemon();
+  start_forwarder();
+  // At start: a clear of the host tier and of the disk tier (the pool has one).
+  auto evs = wait_events(
+      [](const auto& e) {
+        std::set<std::string> cleared;
+        for (const auto& x : e)
+          if (x.kind == events::RouterEvent::Kind::kCleared) cleared.insert(x.storage_tier);
+        return cleared == std::set<std::string>{"host_pinned", "disk"};
+      },
+      "the start's cleared of both tiers");
+
+  Client client = connect(*daemon_);
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  // 1. A chain of 4 blocks: host Stored at once, disk Stored once they are durable.
+  const auto ta = token_range(1000, 4 * kPage);
+  const auto a = chain_of(ta);
+  (void)register_tokens(*pool, ta, kDynamoSeed);  // references dropped: inactive, evictable
+  evs = wait_events([&](const auto& e) { return holds_all(view_of(e).held["disk"], a); },
+                    "the 4 blocks stored on disk");
+  TierView v = view_of(evs);
+  for (uint64_t h : a) {
+    ASSERT_TRUE(v.at["host_pinned"].count(h)) << h;
+    EXPECT_LT(v.at["host_pinned"][h], v.at["disk"][h]) << "host Stored first, then disk";
+  }
+  // The disk message is Dynamo's stored event of the chain, tier "disk", parent null.
+  for (const auto& e : evs) {
+    if (e.storage_tier != "disk" || e.kind != events::RouterEvent::Kind::kStored) continue;
+    EXPECT_EQ(e.worker_id, kWorker);
+    EXPECT_EQ(e.residency_domain, "worker");
+    EXPECT_EQ(e.hash_scheme, "dynamo-0.2");
+    if (e.blocks.front().block_hash == a[0]) {
+      EXPECT_EQ(e.parent_hash, std::nullopt);
+    }
+  }
+
+  // 2. A chain of 6 more: the disk holds 8, so 2 written slots of the first chain (the least
+  // recently used) are evicted: Removed from the disk tier only.
+  const auto tb = token_range(5000, 6 * kPage);
+  const auto b = chain_of(tb);
+  (void)register_tokens(*pool, tb, kDynamoSeed);
+  evs = wait_events(
+      [&](const auto& e) {
+        TierView w = view_of(e);
+        return holds_all(w.held["disk"], b) && w.removed["disk"].size() >= 2;
+      },
+      "the 6 blocks on disk and 2 disk slots evicted");
+  v = view_of(evs);
+  EXPECT_EQ(v.held["disk"].size(), kDiskSlots);
+  EXPECT_EQ(v.removed["disk"].size(), 2u);
+  for (uint64_t h : v.removed["disk"]) {
+    EXPECT_TRUE(std::find(a.begin(), a.end(), h) != a.end()) << "evicted " << h << " is not A's";
+    EXPECT_FALSE(v.held["disk"].count(h));
+  }
+  // The host tier's events are as before: every block stored once, nothing removed.
+  EXPECT_EQ(v.held["host_pinned"].size(), a.size() + b.size());
+  EXPECT_EQ(v.stored["host_pinned"].size(), a.size() + b.size());
+  EXPECT_TRUE(v.removed["host_pinned"].empty());
+  EXPECT_EQ(v.stored["disk"].size(), a.size() + b.size());  // each written block once
+
+  // 3. Host memory evicts everything: host Removed for all 10; the router still finds
+  // the second chain on disk (a KV-aware router knows what this worker can onboard).
+  evict_all(*pool, kHostBlocks);
+  evs = wait_events([&](const auto& e) { return view_of(e).held["host_pinned"].empty(); },
+                    "host Removed for every block");
+  events::RouterIndex index;
+  for (const auto& e : evs) index.apply(e);
+  EXPECT_EQ(index.overlaps(b).at(kWorker), b.size());
+  for (uint64_t h : b) EXPECT_TRUE(index.holds_in(kWorker, h, "disk"));
+  for (uint64_t h : b) EXPECT_FALSE(index.holds_in(kWorker, h, "host_pinned"));
+}
+
+// A cold start (kill -9, then a new kvpoold without the old one's memory): the new daemon
+// rebuilds its disk index from the file and announces it first thing, as one batch of disk
+// Stored records in its ring; kvpool-events attaches to the new daemon, clears both tiers at
+// the router and re-announces what is on disk (from those records), not the lost host blocks.
+TEST_F(DiskEventsNats, AColdStartReannouncesTheDiskIndexRebuiltFromTheFile) {
+  start_daemon();
+  start_forwarder();
+  const auto ta = token_range(2000, 5 * kPage);
+  const auto a = chain_of(ta);
+  {
+    Client client = connect(*daemon_);
+    auto pool = client.pool("g");
+    ASSERT_TRUE(pool.is_ok());
+    (void)register_tokens(*pool, ta, kDynamoSeed);
+    (void)wait_events([&](const auto& e) { return holds_all(view_of(e).held["disk"], a); },
+                      "the 5 blocks stored on disk");
+  }
+  daemon_->kill(SIGKILL);
+  daemon_->restart();  // no supervisor: nothing adopted, host memory starts empty
+  auto evs = wait_events(
+      [&](const auto& e) {
+        size_t disk_clears = 0;
+        for (const auto& x : e)
+          disk_clears += x.kind == events::RouterEvent::Kind::kCleared && x.storage_tier == "disk";
+        TierView v = view_of(e);
+        return disk_clears >= 2 && v.held["host_pinned"].empty() &&
+               v.held["disk"] == std::set<uint64_t>(a.begin(), a.end());
+      },
+      "cleared, then the 5 disk blocks again, after the cold start");
+  // The new daemon's ring: its first records are the rebuilt index, one batch, parents first.
+  auto [st, out] = daemon_->run_ctl({"events", "--all", "--json"});
+  ASSERT_TRUE(st.exited() && st.code() == 0) << st.describe();
+  std::istringstream in(out);
+  std::vector<nlohmann::json> recs;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) recs.push_back(nlohmann::json::parse(line));
+  ASSERT_GE(recs.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(recs[i]["event_id"], i + 1) << recs[i].dump();
+    EXPECT_EQ(recs[i]["type"], "stored") << recs[i].dump();
+    EXPECT_EQ(recs[i]["tier"], "disk") << recs[i].dump();
+    EXPECT_EQ(recs[i]["batch_id"], 1) << recs[i].dump();
+    EXPECT_EQ(recs[i]["batch_size"], a.size()) << recs[i].dump();
+    EXPECT_EQ(recs[i]["sequence_hash"].get<uint64_t>(), a[i]) << "parents first";
+  }
+}
+
+// ---- vLLM: KVEventBatch msgpack on ZMQ -----------------------------------------------------
+
+bool python_has_modules() {
+  const std::string cmd = std::string(kPython) + " -c 'import zmq, msgpack' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST(DiskEventsVllm, BlockStoredAndRemovedOfMediumDisk) {
+  if (!python_has_modules()) GTEST_SKIP() << "/usr/bin/python3 lacks zmq or msgpack: skipped";
+  TempDir dir("/var/tmp/kvpool-diskev-XXXXXX");
+  const std::string pub = "tcp://127.0.0.1:" + std::to_string(free_loopback_port());
+  const std::string replay = "tcp://127.0.0.1:" + std::to_string(free_loopback_port());
+  DaemonProcess daemon(disk_events_config(dir.path + "/g.slots"));
+  daemon.start();
+  auto err = open_log(dir.path + "/sub.stderr");
+  ChildProcess sub;
+  sub.spawn({kPython, VLLM_SUBSCRIBER_PATH, "subscribe", "--endpoint", pub, "--replay", replay,
+             "--out", dir.path + "/batches.jsonl"},
+            child_environment(), -1, -1, err.get());
+  auto ferr = open_log(dir.path + "/events.stderr");
+  ChildProcess fwd;
+  fwd.spawn({KVPOOL_EVENTS_PATH, "--format", "vllm", "--instance", daemon.instance(),
+             "--runtime-dir", daemon.runtime_dir(), "--zmq-endpoint", pub, "--zmq-replay-endpoint",
+             replay, "--log-level", "info"},
+            child_environment(), -1, -1, ferr.get());
+  struct Stop {
+    ChildProcess& sub;
+    ChildProcess& fwd;
+    ~Stop() {
+      sub.kill(SIGTERM);
+      if (!sub.wait_exit(5s)) sub.kill_and_reap();
+      fwd.kill_and_reap();
+    }
+  } stop{sub, fwd};
+
+  // Per medium: the hashes stored now, the removed ones, and each hash's first BlockStored.
+  struct Media {
+    std::map<std::string, std::set<int64_t>> held, removed;
+    std::map<std::string, std::map<int64_t, size_t>> at;
+  };
+  auto media = [&]() {
+    if (!sub.running())
+      throw HarnessError("the subscriber exited: " + read_file(dir.path + "/sub.stderr"));
+    Media m;
+    std::istringstream in(read_file(dir.path + "/batches.jsonl"));
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) break;  // a line being written
+      for (const auto& e : j["events"]) {
+        ++n;
+        const std::string medium =
+            e.contains("medium") && e["medium"].is_string() ? e["medium"].get<std::string>() : "";
+        if (e["type"] == "AllBlocksCleared") m.held.clear();
+        if (e["type"] == "BlockStored")
+          for (int64_t h : e["block_hashes"]) {
+            m.held[medium].insert(h);
+            m.at[medium].emplace(h, n);
+          }
+        if (e["type"] == "BlockRemoved")
+          for (int64_t h : e["block_hashes"]) {
+            m.held[medium].erase(h);
+            m.removed[medium].insert(h);
+          }
+      }
+    }
+    return m;
+  };
+  auto wait_media = [&](auto pred, const std::string& what) {
+    Media m;
+    wait_until([&] { return pred(m = media()); }, 30s, what,
+               [&] {
+                 return read_file(dir.path + "/events.stderr") +
+                        read_file(dir.path + "/sub.stderr");
+               });
+    return m;
+  };
+  auto signed_of = [](const std::vector<uint64_t>& v) {
+    std::vector<int64_t> out;
+    for (uint64_t h : v) out.push_back(static_cast<int64_t>(h));
+    return out;
+  };
+  auto has_all = [](const std::set<int64_t>& s, const std::vector<int64_t>& v) {
+    for (int64_t h : v)
+      if (!s.count(h)) return false;
+    return true;
+  };
+
+  Client client = connect(daemon);
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  const auto a = signed_of(chain_of(token_range(1000, 4 * kPage)));
+  (void)register_tokens(*pool, token_range(1000, 4 * kPage), kDynamoSeed);
+  Media m = wait_media(
+      [&](const Media& m) {
+        return has_all(m.held.count("DISK") ? m.held.at("DISK") : std::set<int64_t>{}, a);
+      },
+      "BlockStored of medium DISK for the 4 blocks");
+  for (int64_t h : a) {
+    ASSERT_TRUE(m.at["CPU"].count(h)) << h;
+    EXPECT_LT(m.at["CPU"][h], m.at["DISK"][h]) << "CPU first, then DISK";
+  }
+  const auto b = signed_of(chain_of(token_range(5000, 6 * kPage)));
+  (void)register_tokens(*pool, token_range(5000, 6 * kPage), kDynamoSeed);
+  m = wait_media(
+      [&](const Media& m) {
+        return m.held.count("DISK") && has_all(m.held.at("DISK"), b) && m.removed.count("DISK") &&
+               m.removed.at("DISK").size() >= 2;
+      },
+      "the 6 blocks on disk and 2 disk slots removed");
+  EXPECT_EQ(m.held["DISK"].size(), kDiskSlots);
+  EXPECT_EQ(m.removed["DISK"].size(), 2u);
+  for (int64_t h : m.removed["DISK"]) EXPECT_TRUE(std::find(a.begin(), a.end(), h) != a.end()) << h;
+  EXPECT_EQ(m.held["CPU"].size(), a.size() + b.size());
+  EXPECT_TRUE(m.removed["CPU"].empty());
+  if (HasFailure()) dir.keep = true;
+}
+
+}  // namespace
+}  // namespace kvpool::evtest
