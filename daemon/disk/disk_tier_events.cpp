@@ -61,7 +61,7 @@ void DiskTier::announce_removed(uint64_t sequence_hash) {
 }
 
 void DiskTier::announce_index() {
-  if (setup_.events == nullptr) return;
+  if (setup_.events == nullptr || index_.used() == 0) return;
   std::vector<pool::StoredBlock> all;
   all.reserve(index_.used());
   for (uint64_t h : index_.lru_order()) all.push_back(stored_of(index_.at(index_.find(h)).header));

@@ -18,6 +18,7 @@
 #include <list>
 #include <memory>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -109,7 +110,7 @@ class Tier {
  public:
   Tier(HostPool& pool, const std::string& path, uint64_t slots,
        IoBackend backend = IoBackend::kAuto, DirectIo direct = DirectIo::kAuto,
-       uint64_t max_inflight_bytes = 0)
+       uint64_t max_inflight_bytes = 0, DiskEventSink* events = nullptr)
       : pool_(pool) {
     DiskTierSetup s;
     s.pool = "g2";
@@ -123,6 +124,8 @@ class Tier {
     s.host_base = pool.bytes.get();
     s.owner = kTierOwner;
     s.backend = backend;
+    s.events = events;
+    s.pool_index = 3;
     auto t = DiskTier::open(s, pool.core);
     status = t.status();
     if (!t) return;
@@ -468,6 +471,119 @@ TEST(DiskTier, Kill9DuringWritesThenColdStartServesOnlyWritersBytes) {
     for (uint64_t h : all) served += t.onboard(std::span(&h, 1));  // onboard checks bytes
     EXPECT_EQ(served + t.tier->stats().checksum_failures + t.tier->stats().io_errors, all.size());
   }
+}
+
+// What a disk tier tells routers (issue 28 item 8), recorded.
+struct RecordedDiskEvents final : DiskEventSink {
+  struct Batch {
+    bool stored;
+    std::vector<pool::StoredBlock> blocks;  // stored
+    uint64_t removed = 0;
+  };
+  void on_disk_stored(uint32_t pool, std::span<const pool::StoredBlock> b) override {
+    EXPECT_EQ(pool, 3u);
+    EXPECT_FALSE(b.empty());
+    batches.push_back({true, {b.begin(), b.end()}});
+  }
+  void on_disk_removed(uint32_t pool, uint64_t h) override {
+    EXPECT_EQ(pool, 3u);
+    batches.push_back({false, {}, h});
+  }
+  // The hashes the events say are on disk: each Stored of a hash not held, each Removed of
+  // one held (a router's view must never be told twice or about what it does not have).
+  std::set<uint64_t> fold() const {
+    std::set<uint64_t> s;
+    for (const Batch& b : batches) {
+      if (b.stored) {
+        for (const auto& x : b.blocks)
+          EXPECT_TRUE(s.insert(x.sequence_hash).second) << x.sequence_hash;
+      } else {
+        EXPECT_EQ(s.erase(b.removed), 1u) << b.removed;
+      }
+    }
+    return s;
+  }
+  std::vector<Batch> batches;
+};
+
+std::set<uint64_t> published(const DiskTier& t) {
+  const auto o = t.index().lru_order();
+  return {o.begin(), o.end()};
+}
+
+// Stored / Removed follow the index exactly: a Stored once a slot is published (never for
+// a write still in flight), a Removed for each slot evicted or dropped, and a start
+// announces what the file gave back as one batch, parents first.
+TEST(DiskTier, ItsEventsFollowTheIndexExactly) {
+  TempDir dir;
+  const std::string file = dir.path + "/g2.slots";
+  RecordedDiskEvents ev;
+  {
+    HostPool pool(test_layout(64));
+    Tier t(pool, file, 8, IoBackend::kAuto, DirectIo::kAuto, 0, &ev);
+    ASSERT_TRUE(t.status.is_ok());
+    EXPECT_TRUE(ev.batches.empty()) << "an empty file announces nothing";
+    std::mt19937_64 rng(7);
+    uint64_t next = 1;
+    for (int step = 0; step < 120; ++step) {
+      if (rng() % 3 != 0) {
+        t.register_chain(next++ * 1000, 1 + static_cast<uint32_t>(rng() % 3));
+        EXPECT_EQ(ev.fold(), published(*t.tier)) << "before the writes complete, step " << step;
+        t.settle();
+      } else {
+        const auto lru = t.tier->index().lru_order();
+        if (lru.empty()) continue;
+        const uint64_t h = lru[rng() % lru.size()];
+        flush_host(pool);
+        ASSERT_EQ(t.onboard(std::span(&h, 1)), 1u);
+      }
+      ASSERT_EQ(ev.fold(), published(*t.tier)) << "step " << step;
+    }
+    EXPECT_GT(t.tier->stats().evictions, 0u);
+  }
+  const std::set<uint64_t> on_disk = ev.fold();
+  // A new daemon: one batch of everything the file holds, parents before children.
+  RecordedDiskEvents cold;
+  {
+    HostPool pool(test_layout(64));
+    Tier t(pool, file, 8, IoBackend::kAuto, DirectIo::kAuto, 0, &cold);
+    ASSERT_TRUE(t.status.is_ok());
+    ASSERT_EQ(cold.batches.size(), 1u);
+    EXPECT_EQ(cold.fold(), on_disk);
+    std::set<uint64_t> seen;
+    for (const auto& b : cold.batches[0].blocks) {
+      if (b.has_parent && on_disk.count(b.parent_hash)) {
+        EXPECT_TRUE(seen.count(b.parent_hash)) << b.sequence_hash << " before its parent";
+      }
+      seen.insert(b.sequence_hash);
+    }
+  }
+  // A flipped byte: the onboard that meets it drops the slot and says so.
+  const uint64_t victim = *on_disk.begin();
+  uint64_t slot = 0, slot_bytes = 0;
+  {
+    HostPool pool(test_layout(64));
+    Tier t(pool, file, 8);
+    slot = t.tier->index().find(victim);
+    slot_bytes = t.tier->slot_bytes();
+  }
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const off_t at = static_cast<off_t>(slot_offset(slot_bytes, slot) + kSectorBytes + 10);
+  char c;
+  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+  c = static_cast<char>(c ^ 0x01);
+  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+  ::close(fd);
+  RecordedDiskEvents bad;
+  HostPool pool(test_layout(64));
+  Tier t(pool, file, 8, IoBackend::kAuto, DirectIo::kAuto, 0, &bad);
+  ASSERT_TRUE(t.status.is_ok());
+  EXPECT_EQ(t.onboard(std::span(&victim, 1)), 0u);
+  ASSERT_EQ(bad.batches.size(), 2u);
+  EXPECT_FALSE(bad.batches[1].stored);
+  EXPECT_EQ(bad.batches[1].removed, victim);
+  EXPECT_EQ(bad.fold(), published(*t.tier));
 }
 
 TEST(DiskConfigParse, FieldsAreCheckedLikeEveryOther) {
