@@ -48,11 +48,12 @@ struct TempDir {
 };
 
 // One host pool "g" of kHostBlocks blocks (page 4) with a disk tier of `slots` slots in `file`.
-nlohmann::json disk_events_config(const std::string& file, uint32_t slots = kDiskSlots) {
+nlohmann::json disk_events_config(const std::string& file, uint32_t slots = kDiskSlots,
+                                  uint32_t ring_slots = 65536) {
   auto pool = mptest::host_pool("g", kHostBlocks, kPage);
   pool["disk"] = {{"path", file}, {"num_blocks", slots}};
   auto c = mptest::test_config(nlohmann::json::array({pool}));
-  c["event_ring_slots"] = 65536;
+  c["event_ring_slots"] = ring_slots;
   return c;
 }
 
@@ -158,8 +159,9 @@ class DiskEventsNats : public ::testing::Test {
     if (dir_ && HasFailure()) dir_->keep = true;
   }
 
-  void start_daemon() {
-    daemon_ = std::make_unique<DaemonProcess>(disk_events_config(dir_->path + "/g.slots"));
+  void start_daemon(uint32_t slots = kDiskSlots, uint32_t ring_slots = 65536) {
+    daemon_ = std::make_unique<DaemonProcess>(
+        disk_events_config(dir_->path + "/g.slots", slots, ring_slots));
     daemon_->start();
   }
   void start_forwarder() {
@@ -310,6 +312,58 @@ TEST_F(DiskEventsNats, AColdStartReannouncesTheDiskIndexRebuiltFromTheFile) {
     EXPECT_EQ(recs[i]["batch_size"], a.size()) << recs[i].dump();
     EXPECT_EQ(recs[i]["sequence_hash"].get<uint64_t>(), a[i]) << "parents first";
   }
+}
+
+// The disk index is not in shared memory: kvpool-events keeps it from the disk records it
+// read. A router that asks for a resync after the ring went round many times (its first
+// records long overwritten) still gets the disk blocks written at the start.
+TEST_F(DiskEventsNats, AResyncAfterTheRingWentRoundStillAnnouncesTheOldDiskBlocks) {
+  constexpr uint32_t kRing = 64;
+  start_daemon(256, kRing);
+  start_forwarder();
+  Client client = connect(*daemon_);
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  const auto ta = token_range(3000, 4 * kPage);
+  const auto a = chain_of(ta);
+  (void)register_tokens(*pool, ta, kDynamoSeed);
+  (void)wait_events([&](const auto& e) { return holds_all(view_of(e).held["disk"], a); },
+                    "the first chain stored on disk");
+  // Chains one after another, each forwarded before the next (the forwarder never falls a
+  // lap behind), until the daemon's ring has gone round several times.
+  std::vector<uint64_t> last;
+  for (uint32_t c = 0; c < 3 * kRing / 8 + 2; ++c) {
+    const auto t = token_range(100000 + c * 1000, 4 * kPage);
+    last = chain_of(t);
+    (void)register_tokens(*pool, t, kDynamoSeed);
+    (void)wait_events([&](const auto& e) { return holds_all(view_of(e).held["disk"], last); },
+                      "chain " + std::to_string(c) + " stored on disk");
+  }
+  auto [st, out] = daemon_->run_ctl({"events", "--all", "--json"});
+  ASSERT_TRUE(st.exited() && st.code() == 0) << st.describe();
+  // `kvpoolctl events --all` from id 1: the ring tells it how many it no longer holds.
+  const auto first = nlohmann::json::parse(out.substr(0, out.find('\n')));
+  ASSERT_TRUE(first.contains("lost")) << first.dump();
+  ASSERT_GT(first["lost"].get<uint64_t>(), uint64_t{kRing})
+      << "the ring no longer holds the first chain's records";
+  // A router (re)connects and asks: cleared, then host and disk as they are now.
+  const size_t before = inbox_.events().size();
+  const std::string resync =
+      "namespace." + subject_.ns + ".component." + subject_.component + ".kv-events.resync";
+  ASSERT_EQ(natsConnection_PublishString(nc_, resync.c_str(), "{}"), NATS_OK);
+  auto evs = wait_events(
+      [&](const auto& e) {
+        if (e.size() <= before) return false;
+        const std::vector<events::RouterEvent> after(e.begin() + static_cast<long>(before),
+                                                     e.end());
+        return holds_all(view_of(after).held["disk"], a) &&
+               holds_all(view_of(after).held["disk"], last);
+      },
+      "the resync's disk blocks, the first chain's included");
+  const std::vector<events::RouterEvent> after(evs.begin() + static_cast<long>(before), evs.end());
+  EXPECT_EQ(after.front().kind, events::RouterEvent::Kind::kCleared);
+  EXPECT_EQ(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
+      << "the forwarder kept up: its view is exact";
 }
 
 // ---- vLLM: KVEventBatch msgpack on ZMQ -----------------------------------------------------

@@ -128,48 +128,50 @@ Result<RegistrySnapshot> DaemonAttachment::snapshot(uint32_t max_attempts) {
     }
     snap.resume_ids = resume;
     snap.consistent = quiet && invariants;
-    fold_disk_records(resume, &snap);
     return snap;
   }
   return last_error;
 }
 
-void DaemonAttachment::fold_disk_records(const std::vector<uint64_t>& resume,
-                                         RegistrySnapshot* snap) const {
+void fold_disk_record(const shm::EventRecord& r, DiskView* view) {
+  if (!r.disk_tier()) return;
+  const shm::EventPayload& p = r.payload;
+  if (view->size() <= p.pool) view->resize(p.pool + 1u);
+  auto& pool = (*view)[p.pool];
+  if (r.type() == shm::EventType::kStored) {
+    pool[p.sequence_hash] = {p.sequence_hash, p.block_hash,   r.has_parent() ? p.parent_hash : 0,
+                             p.pool,          r.has_parent(), true};
+  } else if (r.type() == shm::EventType::kRemoved) {
+    pool.erase(p.sequence_hash);
+  }
+}
+
+uint64_t DaemonAttachment::fold_disk_records(const std::vector<uint64_t>& from,
+                                             const std::vector<uint64_t>& until,
+                                             DiskView* view) const {
+  uint64_t lost = 0;
   // The rings in PoolEventRings' order (pools this process reads that have a ring).
   size_t k = 0;
-  for (uint32_t i = 0; i < control_.num_pools() && k < resume.size(); ++i) {
+  for (uint32_t i = 0; i < control_.num_pools() && k < until.size() && k < from.size(); ++i) {
     if (!control_.has_pool(i) || !control_.registry(i).has_event_ring()) continue;
-    const uint64_t until = resume[k++];
+    const uint64_t start = from[k], end = until[k];
+    ++k;
     const shm::DiskTierInfo* d = control_.registry(i).disk_info();
-    if (d == nullptr || d->enabled == 0) continue;
-    auto reader = control_.registry(i).event_ring();  // its own position, from record 1
+    if (d == nullptr || d->enabled == 0 || start >= end) continue;
+    auto reader = control_.registry(i).event_ring();
     if (!reader) continue;
-    // Every Removed after a Stored it read is read too: even a lapped fold holds only
-    // blocks still on disk at `until`.
-    std::unordered_map<uint64_t, RegisteredBlock> on_disk;
+    reader->seek(start);
     shm::EventRecord r;
-    while (reader->position() < until) {
+    while (reader->position() < end) {
       const auto o = reader->next(&r);
       if (o == shm::EventRingReader::Outcome::kEmpty) break;
       if (o == shm::EventRingReader::Outcome::kLapped) continue;  // lost() counts them
-      if (r.event_id >= until) break;
-      if (!r.disk_tier()) continue;
-      const shm::EventPayload& p = r.payload;
-      if (r.type() == shm::EventType::kStored) {
-        on_disk[p.sequence_hash] = {
-            p.sequence_hash, p.block_hash, r.has_parent() ? p.parent_hash : 0, i,
-            r.has_parent(),  true};
-      } else if (r.type() == shm::EventType::kRemoved) {
-        on_disk.erase(p.sequence_hash);
-      }
+      if (r.event_id >= end) break;
+      fold_disk_record(r, view);
     }
-    if (reader->lost() != 0) {
-      snap->disk_exact = false;
-      snap->disk_records_lost += reader->lost();
-    }
-    for (const auto& [seq, b] : on_disk) snap->blocks.push_back(b);
+    lost += reader->lost();
   }
+  return lost;
 }
 
 }  // namespace kvpool::events

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvpool/core/status.hpp"
@@ -21,8 +22,7 @@
 namespace kvpool::events {
 
 struct RegistrySnapshot {
-  // Every readable pool's active and inactive blocks, then its disk tier's (disk = true).
-  std::vector<RegisteredBlock> blocks;
+  std::vector<RegisteredBlock> blocks;  // every readable pool's active and inactive blocks
   // Replay each ring from its id here (PoolEventRings::seek) on top of the snapshot: every
   // change the copy may have missed (or half-seen) has an event at or after it.
   std::vector<uint64_t> resume_ids;
@@ -31,13 +31,15 @@ struct RegistrySnapshot {
   // unchanged) and passed check_invariants. False: the daemon was never quiet for long
   // enough, and the copy is best effort (the replay from resume_id repairs membership).
   bool consistent = false;
-  // The disk tiers' blocks are the disk records of each ring up to resume_ids, folded: the
-  // daemon announces its whole disk index first (docs/disk-tier.md "Events"), so while a
-  // ring still holds its first record they are exactly what is on disk. False: some ring
-  // lost its oldest records, and the disk blocks are a subset (each one still on disk).
-  bool disk_exact = true;
-  uint64_t disk_records_lost = 0;  // records those rings overwrote (of either tier)
 };
+
+// What the pools' disk tiers hold as their events tell it: pool -> sequence hash -> block.
+// The disk index lives only in kvpoold's memory, and kvpoold announces all of it as its
+// first ring records (docs/disk-tier.md "Events"), so a reader that folds every disk record
+// from a daemon's first one on knows exactly what is on disk.
+using DiskView = std::vector<std::unordered_map<uint64_t, RegisteredBlock>>;
+// Folds one ring record (a disk tier's Stored / Removed; others are ignored) into *view.
+void fold_disk_record(const shm::EventRecord& record, DiskView* view);
 
 class DaemonAttachment {
  public:
@@ -64,11 +66,15 @@ class DaemonAttachment {
   // Copies every pool arena out of the segment and reads the registered blocks from the
   // copies. Tries up to `max_attempts` times for a consistent copy (see RegistrySnapshot).
   Result<RegistrySnapshot> snapshot(uint32_t max_attempts = 64);
+  // Folds the disk records of each ring from `from` up to (not including) `until` (one id
+  // per ring, as PoolEventRings::positions() gives them) into *view, with readers of its
+  // own. Returns how many records of that range the rings no longer held (0: exact); every
+  // Removed after a Stored it read is read too, so a lossy fold adds no block not on disk.
+  uint64_t fold_disk_records(const std::vector<uint64_t>& from, const std::vector<uint64_t>& until,
+                             DiskView* view) const;
 
  private:
   DaemonAttachment() = default;
-  // Adds the disk tiers' blocks as of `resume` (one id per ring) to *snap.
-  void fold_disk_records(const std::vector<uint64_t>& resume, RegistrySnapshot* snap) const;
 
   shm::ControlReader control_;
   shm::PoolEventRings ring_;

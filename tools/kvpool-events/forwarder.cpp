@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace kvpool::events {
@@ -31,6 +32,7 @@ Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
       // Token ids (a client's send_tokens) or none: read_tokens never gives another
       // record's, and a reader too far behind gets none (counted).
       if (rec.has_tokens() && !ring.read_tokens(rec, &tokens_)) ++stats_.tokens_lost;
+      fold_disk_record(rec, &disk_);
       output_->add(
           rec, rec.has_tokens() ? std::span<const uint32_t>(tokens_) : std::span<const uint32_t>());
       ++*read;
@@ -38,6 +40,7 @@ Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
       ++stats_.laps;
       stats_.lost_events += ring.lost();
       spdlog::warn("fell a lap behind the event ring ({} event(s) lost); resyncing", ring.lost());
+      disk_history_lost(ring.lost(), "a lap of the event ring");
       need_resync_ = true;
       return Drain::kLapped;
     } else {
@@ -67,6 +70,22 @@ bool Forwarder::continues() const {
          r.adopted_pools == gone_pools_ && r.adoption_dropped_blocks == 0;
 }
 
+void Forwarder::fold_disk_gap(const std::vector<uint64_t>& until) {
+  const uint64_t lost = daemon_->fold_disk_records(daemon_->ring().positions(), until, &disk_);
+  disk_history_lost(lost, "records skipped");
+}
+
+void Forwarder::disk_history_lost(uint64_t lost, const char* where) {
+  if (lost == 0 || !any_disk_) return;
+  if (disk_exact_)
+    spdlog::warn(
+        "{}: {} ring record(s) lost before their disk-tier part was read: routers will be "
+        "told the disk blocks written since, each still on disk, not all older ones "
+        "(a larger event_ring_slots keeps more)",
+        where, lost);
+  disk_exact_ = false;
+}
+
 void Forwarder::resync(const char* why) {
   auto snap = daemon_->snapshot();
   if (!snap) {
@@ -74,6 +93,11 @@ void Forwarder::resync(const char* why) {
     return;  // need_resync_ stays set: tried again next round
   }
   if (!snap->consistent) ++stats_.torn_snapshots;
+  // The disk tiers as of the snapshot's ring position: the view so far, plus the records
+  // between the reader and that position (the seek below skips them).
+  fold_disk_gap(snap->resume_ids);
+  for (const auto& pool : disk_)
+    for (const auto& [seq, b] : pool) snap->blocks.push_back(b);
   output_->resync(snap->blocks);
   daemon_->ring().seek(snap->resume_ids);
   ++stats_.resyncs;
@@ -84,12 +108,6 @@ void Forwarder::resync(const char* why) {
       why, snap->blocks.size(), need_resync_ ? "a failed publish" : "stored events",
       fmt::join(snap->resume_ids, "/"),
       snap->consistent ? "" : " (busy daemon: best-effort snapshot)");
-  if (!snap->disk_exact)
-    spdlog::warn(
-        "resync ({}): the event rings of the pools with a disk tier have overwritten {} "
-        "record(s) since kvpoold started: routers are told the disk blocks written since "
-        "(each still on disk), not older ones (a larger event_ring_slots keeps more)",
-        why, snap->disk_records_lost);
 }
 
 void Forwarder::idle(uint32_t& idle_rounds) {
@@ -154,7 +172,12 @@ Status Forwarder::run() {
         continue;
       }
       daemon_ = std::move(a.value());
-      output_->set_pools(daemon_->pool_metas());
+      const std::vector<PoolMeta> metas = daemon_->pool_metas();
+      output_->set_pools(metas);
+      // A new daemon's ring starts with its whole disk index (docs/disk-tier.md "Events").
+      disk_.clear();
+      disk_exact_ = true;
+      any_disk_ = std::any_of(metas.begin(), metas.end(), [](const PoolMeta& m) { return m.disk; });
       attach_wait = std::chrono::milliseconds(50);
       ++stats_.attaches;
       spdlog::info("attached to kvpoold pid {} epoch {:016x} ({} pool(s), event ring of {} slots)",
@@ -192,6 +215,7 @@ Status Forwarder::run() {
         spdlog::warn("{} is not connected; will resync when it is", output_->describe());
       warned_nats = true;
       need_resync_ = true;
+      fold_disk_gap(daemon_->ring().published());  // what is skipped still says what is on disk
       daemon_->ring().seek_to_end();
       idle(idle_rounds);
       continue;

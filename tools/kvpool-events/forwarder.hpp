@@ -3,7 +3,8 @@
 // separate process, so kvpoold has no network dependency.
 //
 // It resynchronises the consumers (a clear, then the whole registry from a snapshot of the
-// pool arenas, then the ring from the snapshot's position on) whenever their view of this
+// pool arenas and the disk tiers' blocks it keeps from the ring's disk records, then the
+// ring from the snapshot's position on) whenever their view of this
 // cache may be wrong: at start, when it fell a lap behind the ring, when the transport was
 // down (what was sent in between is lost), when kvpoold restarted, when a pool was cleared
 // and the format cannot say so alone, and when a consumer asks.
@@ -78,6 +79,10 @@ class Forwarder {
   // one's events. Then its registry is what they have, and no resync is needed.
   bool continues() const;
   void idle(uint32_t& idle_rounds);
+  // Moves the disk view on from where the ring reader stands to `until` (records it is about
+  // to skip): see disk_ below.
+  void fold_disk_gap(const std::vector<uint64_t>& until);
+  void disk_history_lost(uint64_t lost, const char* where);
   void log_stats();
   void update_gauges();
 
@@ -90,7 +95,14 @@ class Forwarder {
   uint64_t synced_epoch_ = 0;
   uint64_t gone_epoch_ = 0;  // the daemon that died, when the routers had all its events
   uint32_t gone_pools_ = 0;
-  std::vector<uint32_t> tokens_;         // the token ids of the record being forwarded (reused)
+  std::vector<uint32_t> tokens_;  // the token ids of the record being forwarded (reused)
+  // The disk tiers' blocks: every disk record of the attached daemon from its first one up
+  // to the ring reader's position, folded (read, or skipped by a resync or an outage and
+  // folded then). A resync re-announces them: the daemon's disk index is not in shared
+  // memory. Not exact once records were lost before they were folded (a lap): then a subset.
+  DiskView disk_;
+  bool disk_exact_ = true;
+  bool any_disk_ = false;                // the attached daemon has a pool with a disk tier
   std::unique_ptr<EventOutput> output_;  // last: destroyed first, before what it may call
 };
 
