@@ -366,6 +366,47 @@ TEST_F(DiskEventsNats, AResyncAfterTheRingWentRoundStillAnnouncesTheOldDiskBlock
       << "the forwarder kept up: its view is exact";
 }
 
+// A forwarder that starts after the daemon's ring went round has lost the start of the
+// disk tier's history: it says so, and what it tells the router about the disk is a
+// subset of what is on disk (never a block that is not there).
+TEST_F(DiskEventsNats, AForwarderThatMissedTheStartTellsOnlyBlocksStillOnDisk) {
+  constexpr uint32_t kRing = 64, kSlots = 16;
+  start_daemon(kSlots, kRing);
+  Client client = connect(*daemon_);
+  auto pool = client.pool("g");
+  ASSERT_TRUE(pool.is_ok());
+  // Chains of 4, each written before the next: the disk (16 slots, LRU) ends with the last 4.
+  std::vector<std::vector<uint64_t>> chains;
+  for (uint32_t c = 0; c < 3 * kRing / 8; ++c) {
+    const auto t = token_range(200000 + c * 1000, 4 * kPage);
+    chains.push_back(chain_of(t));
+    (void)register_tokens(*pool, t, kDynamoSeed);
+    const uint64_t want = 4u * (c + 1);
+    uint64_t written = 0;
+    wait_until(
+        [&] {
+          written = daemon_->ctl_status()["pools"][0]["disk"]["blocks_written"].get<uint64_t>();
+          return written == want;
+        },
+        20s, "chain " + std::to_string(c) + " written", [&] { return std::to_string(written); });
+  }
+  std::set<uint64_t> on_disk;
+  for (size_t c = chains.size() - kSlots / 4; c < chains.size(); ++c)
+    on_disk.insert(chains[c].begin(), chains[c].end());
+  start_forwarder();
+  auto evs = wait_events(
+      [&](const auto& e) {
+        size_t clears = 0;
+        for (const auto& x : e) clears += x.kind == events::RouterEvent::Kind::kCleared;
+        return clears >= 2 && holds_all(view_of(e).held["disk"], chains.back());
+      },
+      "the forwarder's start resync, the last chain on disk included");
+  const std::set<uint64_t> told = view_of(evs).held["disk"];
+  for (uint64_t h : told) EXPECT_TRUE(on_disk.count(h)) << h << " told but not on disk";
+  EXPECT_NE(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
+      << fwd_->stderr_text();
+}
+
 // ---- vLLM: KVEventBatch msgpack on ZMQ -----------------------------------------------------
 
 bool python_has_modules() {
