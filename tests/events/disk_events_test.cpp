@@ -5,9 +5,12 @@
 // evicted from a small disk, and the consumer must see host Stored, then disk Stored for the
 // same hashes (storage_tier "disk" / medium "DISK"), and disk Removed for the evicted slots,
 // while the host tier's events stay what they were. Every wait is on a condition.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <nats/nats.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -128,6 +131,34 @@ TierView view_of(const std::vector<events::RouterEvent>& evs) {
   return v;
 }
 
+// The value of gauge `name` on kvpool-events' /metrics (its address from its log), by a
+// plain HTTP/1.0 GET over loopback; -1 when the page does not have it.
+int64_t forwarder_gauge(const ForwarderProcess& f, const std::string& name) {
+  const std::string log = f.stderr_text();
+  const std::string mark = "metrics on http://";
+  const auto at = log.find(mark);
+  if (at == std::string::npos) throw HarnessError("no metrics address in: " + log);
+  const auto hp = log.substr(at + mark.size(), log.find('/', at + mark.size()) - at - mark.size());
+  const int port = std::stoi(hp.substr(hp.rfind(':') + 1));
+  shm::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
+    throw HarnessError("connect to the metrics port " + std::to_string(port));
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size()))
+    throw HarnessError("write to the metrics port");
+  std::string page;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof(buf))) > 0;)
+    page.append(buf, static_cast<size_t>(n));
+  const auto line = page.find("\n" + name + " ");
+  if (line == std::string::npos) return -1;
+  return std::stoll(page.substr(line + name.size() + 2));
+}
+
 bool holds_all(const std::set<uint64_t>& s, const std::vector<uint64_t>& hashes) {
   for (uint64_t h : hashes)
     if (!s.count(h)) return false;
@@ -166,6 +197,7 @@ class DiskEventsNats : public ::testing::Test {
   }
   void start_forwarder() {
     fwd_ = std::make_unique<ForwarderProcess>(*daemon_, nats_->url(), subject_, kWorker);
+    fwd_->add_args({"--metrics-listen", "127.0.0.1:0"});
     fwd_->start();
   }
 
@@ -364,6 +396,14 @@ TEST_F(DiskEventsNats, AResyncAfterTheRingWentRoundStillAnnouncesTheOldDiskBlock
   EXPECT_EQ(after.front().kind, events::RouterEvent::Kind::kCleared);
   EXPECT_EQ(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
       << "the forwarder kept up: its view is exact";
+  // Its metrics say the same (gauges are stored once per round of its loop).
+  const auto told = static_cast<int64_t>(view_of(after).held["disk"].size());
+  wait_until(
+      [&] {
+        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 0 &&
+               forwarder_gauge(*fwd_, "kvpool_events_disk_blocks") == told;
+      },
+      10s, "kvpool_events_disk_blocks " + std::to_string(told) + ", disk_view_partial 0");
 }
 
 // A forwarder that starts after the daemon's ring went round has lost the start of the
@@ -405,6 +445,13 @@ TEST_F(DiskEventsNats, AForwarderThatMissedTheStartTellsOnlyBlocksStillOnDisk) {
   for (uint64_t h : told) EXPECT_TRUE(on_disk.count(h)) << h << " told but not on disk";
   EXPECT_NE(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
       << fwd_->stderr_text();
+  wait_until(
+      [&] {
+        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 1 &&
+               forwarder_gauge(*fwd_, "kvpool_events_disk_blocks") ==
+                   static_cast<int64_t>(told.size());
+      },
+      10s, "kvpool_events_disk_blocks " + std::to_string(told.size()) + ", disk_view_partial 1");
 }
 
 // ---- vLLM: KVEventBatch msgpack on ZMQ -----------------------------------------------------

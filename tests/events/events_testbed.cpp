@@ -118,6 +118,7 @@ void ForwarderProcess::start() {
                         std::string("--namespace"), subject_.ns, std::string("--component"),
                         subject_.component, std::string("--worker-id"), std::to_string(worker_id_)})
     argv.push_back(a);
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   proc_->spawn(argv, child_environment(), -1, fd.get(), fd.get());
 }
 

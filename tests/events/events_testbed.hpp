@@ -67,6 +67,8 @@ class ForwarderProcess {
   // The next start() runs it as this uid (and gid, no supplementary groups), through
   // setpriv; the test runs as root. 0: as the test.
   void run_as(uid_t uid) { uid_ = uid; }
+  // Arguments the next start() adds (e.g. --metrics-listen 127.0.0.1:0).
+  void add_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
   void start();
   void kill(int sig);
   void kill9_and_reap();
@@ -80,6 +82,7 @@ class ForwarderProcess {
   Subject subject_;
   int64_t worker_id_;
   uid_t uid_ = 0;
+  std::vector<std::string> extra_args_;
   int starts_ = 0;
   std::string stderr_path_;
   std::unique_ptr<ChildProcess> proc_;

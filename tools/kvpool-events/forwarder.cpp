@@ -136,6 +136,10 @@ void Forwarder::update_gauges() {
   uint64_t lag = 0;
   if (daemon_) lag = daemon_->ring().lag();
   gauges_.lag.store(lag, r);
+  uint64_t on_disk = 0;
+  for (const auto& pool : disk_) on_disk += pool.size();
+  gauges_.disk_blocks.store(on_disk, r);
+  gauges_.disk_view_partial.store(disk_exact_ ? 0 : 1, r);
 }
 
 void Forwarder::log_stats() {

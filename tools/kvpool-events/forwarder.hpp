@@ -47,7 +47,9 @@ struct ForwarderGauges {
   std::atomic<uint64_t> lost_events{0};     // records the ring overwrote before we read them
   std::atomic<uint64_t> tokens_lost{0};     // Stored records sent without their token ids
   std::atomic<uint64_t> resyncs{0};
-  std::atomic<uint64_t> lag{0};  // records published by kvpoold and not yet read by us
+  std::atomic<uint64_t> lag{0};          // records published by kvpoold and not yet read by us
+  std::atomic<uint64_t> disk_blocks{0};  // disk-tier blocks a resync would announce
+  std::atomic<uint32_t> disk_view_partial{0};  // 1: disk records were lost unread (a subset)
   std::atomic<uint32_t> attached{0};
   std::atomic<uint32_t> nats_connected{0};  // the output can deliver (NATS up; always for ZMQ)
 };

@@ -49,6 +49,14 @@ std::string forwarder_metrics_text(const Forwarder& f, const ForwarderOptions& o
   fams.push_back(one("kvpool_events_lag_events", "gauge",
                      "Events kvpoold has published that the forwarder has not read yet.",
                      g.lag.load(r)));
+  fams.push_back(one("kvpool_events_disk_blocks", "gauge",
+                     "Blocks on the daemon's disk tiers as their events said (what a resync "
+                     "announces with storage_tier disk / medium DISK).",
+                     g.disk_blocks.load(r)));
+  fams.push_back(one("kvpool_events_disk_view_partial", "gauge",
+                     "1 once ring records were overwritten before their disk-tier part was "
+                     "read: the disk blocks announced are then a subset of what is on disk.",
+                     g.disk_view_partial.load(r)));
   fams.push_back(one("kvpool_events_daemon_attached", "gauge",
                      "1 while attached to kvpoold's event ring.", g.attached.load(r)));
   fams.push_back(one("kvpool_events_nats_connected", "gauge",
