@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <span>
 
 #include "daemon/kept_processes.hpp"
 #include "kvpool/core/layout.hpp"
@@ -19,13 +20,6 @@ bool starts_with(const std::string& s, const char* prefix) {
   return s.compare(0, std::strlen(prefix), prefix) == 0;
 }
 
-// The header of a previous control segment, if it is one at all.
-const shm::ControlHeader* header_of(const shm::Segment& s) {
-  if (s.size() < sizeof(shm::ControlHeader)) return nullptr;
-  const auto* h = s.as<const shm::ControlHeader>();
-  return h->magic == shm::kControlMagic ? h : nullptr;
-}
-
 bool has_restart_info(const shm::ControlHeader& h) {
   return h.layout_major == shm::kLayoutMajor &&
          h.header_bytes >= offsetof(shm::ControlHeader, restart) + sizeof(shm::RestartInfo);
@@ -35,10 +29,11 @@ bool has_restart_info(const shm::ControlHeader& h) {
 
 namespace {
 
-// A control segment the supervisor kept, with the epochs that say which daemon made it.
+// A control segment the supervisor kept, graded (its header is set: it is kvpool's), with
+// the epochs that say which daemon made it.
 struct StoredControl {
   std::string name;
-  shm::Segment segment;
+  shm::GradedControl graded;
   uint64_t epoch = 0, previous = 0;
 };
 
@@ -67,13 +62,15 @@ std::vector<StoredControl> sort_stored(std::vector<InheritedFd> fds,
       registries.push_back({f.name, std::move(seg.value())});
     } else if (starts_with(f.name, kFdNameControlPrefix)) {
       auto seg = shm::Segment::map_fd(std::move(f.fd), /*writable=*/false);
-      const shm::ControlHeader* h = seg ? header_of(*seg) : nullptr;
-      if (h == nullptr) {
+      shm::GradedControl g;
+      if (seg) g = shm::ControlReader::open_graded(std::move(*seg), shm::ControlOpener::kSuccessor);
+      if (g.header == nullptr) {
         spdlog::warn("stored descriptor '{}' is not a kvpool control segment; dropping it", f.name);
         fd_store_remove(f.name);
         continue;
       }
-      StoredControl c{f.name, std::move(seg.value())};
+      const shm::ControlHeader* h = g.header;
+      StoredControl c{f.name, std::move(g)};
       if (has_restart_info(*h)) {
         c.epoch = h->restart.epoch;
         c.previous = h->restart.previous_epoch;
@@ -120,26 +117,17 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   }
   const size_t newest = drop_superseded(controls);
   StoredControl& c = controls[newest];
-  const shm::ControlHeader& h = *header_of(c.segment);
+  const shm::ControlHeader& h = *c.graded.header;
   a.previous_control_name_ = c.name;
   if (has_restart_info(h) && h.restart.generation_tag != 0) a.tags_.set(h.restart.generation_tag);
-  if (h.layout_major != shm::kLayoutMajor || h.layout_minor != shm::kLayoutMinor ||
-      h.header_bytes != sizeof(shm::ControlHeader)) {
-    spdlog::warn(
-        "the previous kvpoold used shm layout {}.{} (header {} bytes), this one {}.{}: every "
-        "pool starts empty",
-        h.layout_major, h.layout_minor, h.header_bytes, shm::kLayoutMajor, shm::kLayoutMinor);
-    return a;
-  }
-  if (h.total_bytes > c.segment.size() ||
-      !shm::within(h.pools_offset, uint64_t{h.num_pools} * sizeof(shm::PoolInfo),
-                   c.segment.size()) ||
-      h.pools_offset % alignof(shm::PoolInfo) != 0) {
-    spdlog::warn("the previous control segment's header is corrupt: every pool starts empty");
+  // The graded open (shm/control_segment.hpp) checked this build's exact layout, every
+  // part within the segment, and that its daemon is gone.
+  if (c.graded.grade != shm::ControlGrade::kDead) {
+    spdlog::warn("the previous control segment is unusable ({}): every pool starts empty",
+                 c.graded.why.message());
     return a;
   }
   a.previous_epoch_ = c.epoch;
-  a.header_ = &h;
   a.keep_registries_of(c.epoch, h.max_clients);
   // Its clients that still run (a pidfd that is not readable: the process has not exited).
   // A pid reused by an unrelated process keeps some blocks out of circulation longer, and
@@ -186,7 +174,7 @@ Adoption Adoption::prepare(std::vector<InheritedFd> fds) {
   for (auto& [name, fd] : a.kept_)
     if (name != a.previous_kept_name_) fd_store_remove(name);
   a.kept_.clear();
-  a.previous_ = std::move(c.segment);
+  a.previous_ = std::move(c.graded.reader);
   spdlog::info("found the control segment of kvpoold epoch {:016x} (pid {}) and {} pool segment(s)",
                a.previous_epoch_, h.daemon_pid, a.data_.size());
   return a;
@@ -234,11 +222,10 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
     spdlog::warn("pool '{}' starts empty, the previous daemon's is not adopted: {}", pc.name, why);
     return std::nullopt;
   };
-  const auto* base = previous_.as<const char>();
-  const auto* infos = reinterpret_cast<const shm::PoolInfo*>(base + header_->pools_offset);
+  std::span<const shm::PoolInfo> infos = previous_.pool_infos();
   const shm::PoolInfo* info = nullptr;
   uint32_t index = 0;
-  for (uint32_t i = 0; i < header_->num_pools; ++i)
+  for (uint32_t i = 0; i < infos.size(); ++i)
     if (strnlen(infos[i].name, shm::kNameBytes) < shm::kNameBytes && pc.name == infos[i].name) {
       info = &infos[i];
       index = i;
@@ -284,10 +271,10 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
   // max_owners (which alignment padding can hide from validate()) would make live_owners_ and
   // the keeper name the wrong owners. The disk tier's owner is never live: what it held
   // (blocks being written or read) goes back like a dead client's.
-  if (prev->header().max_owners != header_->max_clients + 2)
+  if (prev->header().max_owners != previous_.max_clients() + 2)
     return empty("its arena header field max_owners is " +
                  std::to_string(prev->header().max_owners) + ", its daemon had max_clients " +
-                 std::to_string(header_->max_clients) + " (and the keeper and the disk tier)");
+                 std::to_string(previous_.max_clients()) + " (and the keeper and the disk tier)");
   const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
   Pool p;
   p.name = pc.name;

@@ -23,6 +23,7 @@
 #include "daemon/fd_store.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "kvpool/shm/control_segment.hpp"
 #include "kvpool/shm/registry_segment.hpp"
 #include "kvpool/shm/segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
@@ -43,7 +44,7 @@ class Adoption {
   // read-only, and the pool data segments. Logs what it found and what it cannot use.
   static Adoption prepare(std::vector<InheritedFd> fds);
 
-  bool has_previous() const { return previous_.data() != nullptr; }
+  bool has_previous() const { return previous_.valid(); }
   uint64_t previous_epoch() const { return previous_epoch_; }
   // The store name of the previous control segment ("" when none).
   const std::string& previous_control_name() const { return previous_control_name_; }
@@ -97,7 +98,7 @@ class Adoption {
   // Unmaps the previous control segment (after adoption; the store keeps it until the new
   // daemon has stored its own).
   void close() {
-    previous_ = shm::Segment();
+    previous_ = shm::ControlReader();
     registries_.clear();
   }
 
@@ -106,8 +107,7 @@ class Adoption {
   // are dropped from the store.
   void keep_registries_of(uint64_t epoch, uint32_t max_clients);
 
-  shm::Segment previous_;
-  const shm::ControlHeader* header_ = nullptr;
+  shm::ControlReader previous_;  // a dead daemon's, graded (shm::ControlGrade::kDead)
   uint64_t previous_epoch_ = 0;
   std::string previous_control_name_;
   std::map<std::string, shm::UniqueFd> data_;  // pool name -> data segment

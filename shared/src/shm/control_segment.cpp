@@ -113,33 +113,107 @@ void ControlWriter::publish_stopping() {
 
 // ---- reader ------------------------------------------------------------------------------
 
-Result<ControlReader> ControlReader::open(Segment segment) {
+const char* to_string(ControlGrade g) {
+  switch (g) {
+    case ControlGrade::kRefused: return "refused";
+    case ControlGrade::kStarting: return "starting";
+    case ControlGrade::kStopping: return "stopping";
+    case ControlGrade::kReady: return "ready";
+    case ControlGrade::kDead: return "a dead daemon's";
+  }
+  return "?";
+}
+
+namespace {
+
+// Whether the daemon that wrote a stored control segment still runs: its pid names a live
+// process, not this one (a successor in a fresh pid namespace may get its predecessor's
+// pid), running this executable. A pid reused by another program, a zombie (no exe) and a
+// replaced binary (its exe reads "... (deleted)") all read as gone, as they did before
+// this check existed: adoption then goes on as it always has.
+bool daemon_still_runs(int64_t pid) {
+  if (pid <= 0 || pid == ::getpid()) return false;
+  auto exe = [](const std::string& link) {
+    char buf[4096];
+    const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  };
+  const std::string theirs = exe("/proc/" + std::to_string(pid) + "/exe");
+  return !theirs.empty() && theirs == exe("/proc/self/exe");
+}
+
+GradedControl refuse(GradedControl g, ErrorCode code, const std::string& why) {
+  g.grade = ControlGrade::kRefused;
+  g.why = Status(code, why);
+  return g;
+}
+
+}  // namespace
+
+GradedControl ControlReader::open_graded(Segment segment, ControlOpener opener) {
+  GradedControl g;
   const uint64_t size = segment.size();
   const auto* base = segment.as<const char>();
+  g.segment = std::move(segment);  // the mapping stays where it is: pointers into it hold
   if (size < sizeof(ControlHeader) ||
       reinterpret_cast<const ControlHeader*>(base)->magic != kControlMagic)
-    return Status(ErrorCode::kProtocolError, "the control segment is not a kvpool segment");
+    return refuse(std::move(g), ErrorCode::kProtocolError,
+                  "the control segment is not a kvpool segment");
   const auto& h = *reinterpret_cast<const ControlHeader*>(base);
+  g.header = &h;
+  const bool successor = opener == ControlOpener::kSuccessor;
   if (h.layout_major != kLayoutMajor)
-    return Status(ErrorCode::kVersionMismatch,
-                  "kvpoold uses shm layout " + std::to_string(h.layout_major) + ", this library " +
-                      std::to_string(kLayoutMajor));
+    return refuse(std::move(g), ErrorCode::kVersionMismatch,
+                  "kvpoold uses shm layout " + std::to_string(h.layout_major) +
+                      ", this library " + std::to_string(kLayoutMajor));
+  if (successor && (h.layout_minor != kLayoutMinor || h.header_bytes != sizeof(ControlHeader)))
+    return refuse(std::move(g), ErrorCode::kVersionMismatch,
+                  "the previous kvpoold used shm layout " + std::to_string(h.layout_major) + "." +
+                      std::to_string(h.layout_minor) + " (header " +
+                      std::to_string(h.header_bytes) + " bytes), this one " +
+                      std::to_string(kLayoutMajor) + "." + std::to_string(kLayoutMinor));
   // Acquire: everything the daemon wrote before publishing kReady is visible from here on,
-  // the registry segments included.
-  if (h.state.load(std::memory_order_acquire) != static_cast<uint32_t>(DaemonState::kReady))
-    return Status(ErrorCode::kDaemonGone,
-                  "kvpoold is gone (it is not ready); reconnect when it is back");
+  // the registry segments included. A successor reads what a dead writer left whatever
+  // its state: nothing writes it any more.
+  const uint32_t state = h.state.load(std::memory_order_acquire);
+  if (!successor && state == static_cast<uint32_t>(DaemonState::kInitializing)) {
+    g.grade = ControlGrade::kStarting;
+    return g;
+  }
+  if (!successor && state != static_cast<uint32_t>(DaemonState::kReady)) {
+    g.grade = ControlGrade::kStopping;
+    return g;
+  }
   if (h.total_bytes > size)
-    return Status(ErrorCode::kProtocolError, "the control segment is smaller than its header says");
+    return refuse(std::move(g), ErrorCode::kProtocolError,
+                  "the control segment is smaller than its header says");
   if (!within(h.pools_offset, uint64_t{h.num_pools} * sizeof(PoolInfo), size) ||
       h.pools_offset % alignof(PoolInfo) != 0)
-    return outside("the pool table");
-  ControlReader r;
-  r.header_ = &h;
-  r.infos_ = reinterpret_cast<const PoolInfo*>(base + h.pools_offset);
-  r.registries_.resize(h.num_pools);
-  r.segment_ = std::move(segment);  // the mapping stays where it is: the pointers hold
-  return r;
+    return refuse(std::move(g), ErrorCode::kProtocolError,
+                  outside("the pool table").message());
+  if (successor && daemon_still_runs(h.daemon_pid))
+    return refuse(std::move(g), ErrorCode::kInvalidState,
+                  "a live daemon's control segment: kvpoold pid " + std::to_string(h.daemon_pid) +
+                      " still runs");
+  g.grade = successor ? ControlGrade::kDead : ControlGrade::kReady;
+  g.reader.header_ = &h;
+  g.reader.infos_ = reinterpret_cast<const PoolInfo*>(base + h.pools_offset);
+  g.reader.registries_.resize(h.num_pools);
+  g.reader.segment_ = std::move(g.segment);
+  return g;
+}
+
+Result<ControlReader> ControlReader::open(Segment segment) {
+  GradedControl g = open_graded(std::move(segment), ControlOpener::kClient);
+  switch (g.grade) {
+    case ControlGrade::kReady:
+      return std::move(g.reader);
+    case ControlGrade::kRefused:
+      return g.why;
+    default:
+      return Status(ErrorCode::kDaemonGone,
+                    "kvpoold is gone (it is not ready); reconnect when it is back");
+  }
 }
 
 Status ControlReader::add_registry(uint32_t i, Segment segment) {

@@ -94,6 +94,27 @@ class ControlWriter {
   std::vector<RegistryWriter> registries_;
 };
 
+struct GradedControl;
+
+// How a control segment stands, graded once by ControlReader::open_graded (as Aeron's CnC
+// loader grades its file before anyone reads it). Who opens it decides what it may be:
+// a client or observer received it from a daemon that runs, a successor found it in the
+// supervisor's store after its daemon died.
+enum class ControlOpener : uint8_t {
+  kClient,     // graded by the state its daemon published; its daemon's pid is not checked
+               // (a client may run in another pid namespace)
+  kSuccessor,  // the daemon that wrote it must be gone, its layout exactly this build's
+};
+enum class ControlGrade : uint8_t {
+  kRefused,   // not usable: `why` says why (not kvpool's, another layout, a part outside
+              // it, a daemon that still runs)
+  kStarting,  // (client) its daemon still fills it: nothing but the header is written yet
+  kStopping,  // (client) its daemon shuts down cleanly: clients take it as gone
+  kReady,     // (client) its daemon published it and serves: `reader` reads it
+  kDead,      // (successor) its daemon is gone: `reader` reads what it left, to adopt it
+};
+const char* to_string(ControlGrade g);
+
 // Everyone else's side: a read-only mapping of the control segment and of the registry
 // segments of the pools its caller may read, validated once (magic, version, ready state,
 // sizes, every offset and length within its segment, each arena's header); after that only
@@ -105,6 +126,8 @@ class ControlReader {
   // not a kvpool control segment or a part lies outside it, kVersionMismatch for another
   // layout major, kDaemonGone when the daemon is not (or no longer) ready.
   static Result<ControlReader> open(Segment segment);
+  // The graded open that open() and adoption share; see GradedControl.
+  static GradedControl open_graded(Segment segment, ControlOpener opener);
   // Takes pool i's registry segment (received with the control segment), validated.
   Status add_registry(uint32_t i, Segment segment);
 
@@ -143,6 +166,23 @@ class ControlReader {
   const ControlHeader* header_ = nullptr;
   const PoolInfo* infos_ = nullptr;
   std::vector<RegistryReader> registries_;  // per pool; invalid where not given
+};
+
+// What ControlReader::open_graded found. Checks, in order: size and magic (kProtocolError
+// "not a kvpool control segment"; `header` stays null), layout major (kVersionMismatch;
+// for a successor also the minor and the header size, since it adopts only this build's
+// layout), the state (a client's kStarting and kStopping stop here: their sizes are not
+// to be trusted or needed), total_bytes and the pool table within the segment
+// (kProtocolError), and for a successor, that the daemon that wrote it no longer runs
+// (kInvalidState "a live daemon's"). `header` is set whenever the magic matched, refused or
+// not, so a successor can still read which daemon a refused segment came from; `reader`
+// (which then owns the mapping) is valid for kReady and kDead only.
+struct GradedControl {
+  ControlGrade grade = ControlGrade::kRefused;
+  Status why;  // ok unless kRefused
+  const ControlHeader* header = nullptr;
+  ControlReader reader;
+  Segment segment;  // the mapping, when `reader` does not hold it
 };
 
 }  // namespace kvpool::shm
