@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "daemon/previous_clients.hpp"
 #include "kvpool/shm/check_slice.hpp"
 #include "kvpool/shm/event_ring.hpp"
 
@@ -78,8 +79,8 @@ bool fits(const pool::PoolCore& core, uint32_t n) {
 
 }  // namespace
 
-Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
-                                         std::span<std::byte> answer, uint32_t pools) {
+Dispatcher::Outcome Dispatcher::dispatch(const Caller& caller, const Request& req,
+                                         std::span<std::byte> answer) {
   const bool answering = answers(req.type);
   const uint32_t capacity = answer_capacity(req);
   if (answering && answer.size() < capacity) {
@@ -88,8 +89,8 @@ Dispatcher::Outcome Dispatcher::dispatch(uint32_t owner, const Request& req,
   }
   uint32_t count_out = 0;
   uint32_t rejected = 0;
-  Status st = check(req, pools);
-  if (st.is_ok()) st = run(owner, req, answer, &count_out, &rejected);
+  Status st = check(req, caller.pools);
+  if (st.is_ok()) st = run(caller, req, answer, &count_out, &rejected);
   if (!answering) return {st.code(), 0, rejected};
   return {st.code(), write_answer(req.rq.correlation_id, st, count_out, answer, capacity),
           rejected};
@@ -152,8 +153,9 @@ Status Dispatcher::check(const Request& req, uint32_t pools) const {
 
 // The opcode switch: one checked record against its pool's core. What the answer carries
 // (refs, or kVerify's and kScrub's words) goes straight after the answer's header.
-Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> answer,
+Status Dispatcher::run(const Caller& caller, const Request& req, std::span<std::byte> answer,
                        uint32_t* count_out, uint32_t* rejected) {
+  const uint32_t owner = caller.slot;
   const proto::RequestHeader& rq = req.rq;
   const auto op = static_cast<proto::Opcode>(req.type);
   const std::byte* items = req.items;
@@ -221,7 +223,7 @@ Status Dispatcher::run(uint32_t owner, const Request& req, std::span<std::byte> 
       st = scrub(req, answer.data() + kHeaderBytes, count_out);
       break;
     case proto::Opcode::kReclaim:
-      st = reclaim(owner, req, refs_out, count_out);
+      st = reclaim(caller, req, refs_out, count_out);
       break;
     case proto::Opcode::kRegisterTokens:
       st = register_tokens(owner, req, refs_out);
@@ -328,9 +330,9 @@ Status Dispatcher::scrub(const Request& r, std::byte* words, uint32_t* count_out
   return Status::ok();
 }
 
-Status Dispatcher::reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost,
+Status Dispatcher::reclaim(const Caller& caller, const Request& r, pool::BlockRef* lost,
                            uint32_t* count_out) {
-  if (!reclaim_)  // a dispatcher outside kvpoold (the fuzzer, benches)
+  if (previous_ == nullptr)  // a dispatcher outside kvpoold (the fuzzer, benches)
     return Status(ErrorCode::kUnsupported, "kReclaim is not served here");
   proto::ReclaimHeader h;
   std::memcpy(&h, r.items, sizeof(h));
@@ -346,7 +348,8 @@ Status Dispatcher::reclaim(uint32_t owner, const Request& r, pool::BlockRef* los
       return Status(ErrorCode::kProtocolError, "reclaim item for block " +
                                                    std::to_string(it.block.id) +
                                                    " has a nonzero reserved field");
-  return reclaim_(owner, r.rq.pool, h, items, lost, count_out);
+  return previous_->reclaim(caller.slot, caller.pid, caller.uid, h, cores_, r.rq.pool, items, lost,
+                           count_out);
 }
 
 }  // namespace kvpool::daemon

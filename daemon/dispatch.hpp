@@ -15,12 +15,16 @@
 #include <span>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "daemon/block_checks.hpp"
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/protocol.hpp"
 
 namespace kvpool::daemon {
+
+class PreviousClients;
 
 class Dispatcher {
  public:
@@ -38,12 +42,10 @@ class Dispatcher {
   // per block. Without this, every pool refuses kRegisterTokens (kUnsupported).
   void set_page_sizes(std::vector<uint32_t> page_sizes) { page_sizes_ = std::move(page_sizes); }
 
-  // kReclaim (a client of the previous daemon, reattached): the engine runs it, since it
-  // knows who the caller is (daemon/previous_clients.hpp). Unset: refused.
-  using ReclaimFn = std::function<Status(uint32_t owner, uint32_t pool, const proto::ReclaimHeader&,
-                                         std::span<const proto::ReclaimItem>, pool::BlockRef* lost,
-                                         uint32_t* lost_count)>;
-  void set_reclaim(ReclaimFn f) { reclaim_ = std::move(f); }
+  // kReclaim (a client of the previous daemon, reattached): the previous daemon's clients
+  // that still run (daemon/previous_clients.hpp), which must outlive the dispatcher; the
+  // caller's pid and uid say whether it is one of them. Unset: refused.
+  void set_previous_clients(PreviousClients* previous) { previous_ = previous; }
 
   // What the daemon checks beyond one client's own quota before a request may add `more`
   // blocks to what `owner` holds in `pool` (kAllocate, kMatch): the share of the
@@ -83,30 +85,38 @@ class Dispatcher {
   };
   // Every pool (the default): a client that may use all of them.
   static constexpr uint32_t kAllPools = 0xFFFFFFFFu;
-  // Validates and runs one record of client `owner` (its slot; < every core's
-  // max_owners). `pools` has bit i set when the client may use pool i (per-pool
-  // allow-lists); others answer kPermissionDenied. `answer` must hold at least
+  // Who sent a record, as the engine knows it from the client's attach.
+  struct Caller {
+    uint32_t slot = 0;  // its owner in every pool core (< every core's max_owners)
+    pid_t pid = 0;      // its process and user (SO_PEERCRED at attach): kReclaim is
+    uid_t uid = 0;      // answered only for the previous daemon's client they name
+    // Bit i set when the client may use pool i (per-pool allow-lists); others answer
+    // kPermissionDenied.
+    uint32_t pools = kAllPools;
+  };
+  // Validates and runs one record of `caller`. `answer` must hold at least
   // answer_capacity(type, record) bytes when the record answers; it is left alone otherwise.
   // A `record` that is 8-byte aligned is read in place (the engine's private copy: the one
   // copy out of the client's ring); a misaligned one (fuzzers) is copied first.
-  Outcome dispatch(uint32_t owner, const Request& r, std::span<std::byte> answer,
-                   uint32_t pools = kAllPools);
+  Outcome dispatch(const Caller& caller, const Request& r, std::span<std::byte> answer);
+  // A caller known by its slot alone (fuzzers, benches: no process to reclaim for).
   Outcome dispatch(uint32_t owner, uint32_t type, std::span<const std::byte> record,
                    std::span<std::byte> answer, uint32_t pools = kAllPools) {
-    return dispatch(owner, decode(type, record), answer, pools);
+    return dispatch(Caller{owner, 0, 0, pools}, decode(type, record), answer);
   }
 
  private:
   // dispatch's three steps: validate the record, run it (the opcode switch), answer.
   Status check(const Request& r, uint32_t pools) const;
-  Status run(uint32_t owner, const Request& r, std::span<std::byte> answer, uint32_t* count_out,
+  Status run(const Caller& caller, const Request& r, std::span<std::byte> answer, uint32_t* count_out,
              uint32_t* rejected);
   static uint32_t write_answer(uint64_t correlation_id, const Status& st, uint32_t count,
                                std::span<std::byte> answer, uint32_t capacity);
   // kVerify and kScrub: validate, hash and write their answer words; count_out in words.
   Status verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out);
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
-  Status reclaim(uint32_t owner, const Request& r, pool::BlockRef* lost, uint32_t* count_out);
+  Status reclaim(const Caller& caller, const Request& r, pool::BlockRef* lost,
+                 uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
   // kRegisterTokens: validates the header and sizes, then registers with the tokens.
   Status register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out);
@@ -121,7 +131,7 @@ class Dispatcher {
   std::vector<uint64_t> hashes_;
   std::vector<pool::BlockRef> refs_;
   std::vector<proto::ReclaimItem> reclaim_items_;
-  ReclaimFn reclaim_;
+  PreviousClients* previous_ = nullptr;
   AdmitFn admit_;
   std::vector<uint32_t> tokens_;  // only for misaligned records
 };

@@ -305,14 +305,7 @@ void Engine::create_dispatcher() {
       return check_uid_share(owner, pool, more);
     });
   // kReclaim: only the caller's own process may take back what it held.
-  std::vector<pool::PoolCore*> all;
-  for (auto& p : pools_) all.push_back(&p.core);
-  dispatcher_.set_reclaim([this, all](uint32_t owner, uint32_t pool, const proto::ReclaimHeader& h,
-                                      std::span<const proto::ReclaimItem> items,
-                                      pool::BlockRef* lost, uint32_t* lost_count) {
-    return previous_.reclaim(owner, sessions_[owner].pid, sessions_[owner].uid, h, all, pool, items,
-                             lost, lost_count);
-  });
+  dispatcher_.set_previous_clients(&previous_);
 }
 
 // What a uid holds of a pool is what its clients hold together: mutable blocks and distinct
@@ -588,7 +581,8 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
     if (*claim == nullptr) return Outcome::kBackpressure;  // the client is not reading yet
     answer = {static_cast<std::byte*>(*claim), answer_bytes};
   }
-  const Dispatcher::Outcome done = dispatcher_.dispatch(s.slot, req, answer, s.pool_mask);
+  const Dispatcher::Outcome done =
+      dispatcher_.dispatch({s.slot, s.pid, s.uid, s.pool_mask}, req, answer);
   const bool is_match = type == static_cast<uint32_t>(proto::Opcode::kMatch) ||
                         type == static_cast<uint32_t>(proto::Opcode::kMatchOnboard);
   // The prefix continues on disk: the answer goes out when the reads are done.
