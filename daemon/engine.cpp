@@ -168,14 +168,8 @@ Status Engine::create_control_segment(const std::vector<pool::PoolCoreConfig>& c
 Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_configs) {
   const uint32_t np = static_cast<uint32_t>(config_.pools.size());
   // A previous daemon's host pools, kept by a supervisor: taken over where they fit
-  // (daemon/adoption.hpp); those that do not go before the new pools take memory.
-  const uint64_t adoption_t0 = now_ns(CLOCK_MONOTONIC);
-  Adoption adoption = Adoption::prepare(take_inherited_fds());
-  previous_ = PreviousClients(adoption.previous_epoch(), adoption.take_live_clients(),
-                              keeper_owner(), np, adoption.previous_keeper());
-  std::vector<std::optional<Adoption::Pool>> previous(np);
-  for (uint32_t i = 0; i < np; ++i) previous[i] = adoption.take(config_.pools[i]);
-  adoption.release_unused();
+  // (daemon/succession.hpp); those that do not go before the new pools take memory.
+  succession_ = Succession::begin(take_inherited_fds(), config_.pools, keeper_owner());
 
   for (uint32_t i = 0; i < np; ++i) {
     const PoolConfig& pc = config_.pools[i];
@@ -185,14 +179,14 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
                     "pool '" + pc.name + "': " + layout.status().message());
     // Host shm or a CUDA slab; a failure names the pool, device and bytes, and the
     // destructor removes what earlier pools made (the daemon never starts half-configured).
-    auto storage = pool_storage_for(pc, *layout, previous[i]);
+    auto storage = succession_.storage_for(i, config_.instance, pc, *layout);
     if (!storage) return storage.status();
     auto core = control_.create_pool_core(i, core_configs[i], pc.name);
     if (!core) {
       storage->remove();
       return core.status();
     }
-    if (previous[i]) adopt_pool_registry(adoption, *previous[i], i, core_configs[i], *core);
+    succession_.adopt_registry(i, control_, core_configs[i], *core);
     shm::PoolInfo& info = control_.pool_info(i);
     shm::copy_name(info.name, pc.name);
     info.layout = pc.layout;
@@ -207,7 +201,7 @@ Status Engine::create_pools(const std::vector<pool::PoolCoreConfig>& core_config
     std::memset(info.ipc_handle, 0, sizeof(info.ipc_handle));
     pools_.push_back(ServedPool{pc, std::move(storage.value()), std::move(core.value())});
   }
-  publish_identity(adoption, now_ns(CLOCK_MONOTONIC) - adoption_t0);
+  succession_.publish_identity(control_);
   // Every registry change goes to the event ring (kvpool-events forwards it to NATS).
   for (auto& p : pools_) {
     p.core.set_generation_tag(static_cast<uint8_t>(ctl_->restart.generation_tag));
@@ -305,7 +299,7 @@ void Engine::create_dispatcher() {
       return check_uid_share(owner, pool, more);
     });
   // kReclaim: only the caller's own process may take back what it held.
-  dispatcher_.set_previous_clients(&previous_);
+  dispatcher_.set_previous_clients(&succession_.clients());
 }
 
 // What a uid holds of a pool is what its clients hold together: mutable blocks and distinct
@@ -471,10 +465,10 @@ bool Engine::any_request_pending() {
 void Engine::periodic() {
   uint64_t t = now_ns(CLOCK_MONOTONIC);
   ctl_->heartbeat_ns.store(t, std::memory_order_relaxed);
-  if (previous_.waiting() != 0) {
+  if (succession_.clients().waiting() != 0) {
     std::vector<pool::PoolCore*> all;
     for (auto& p : pools_) all.push_back(&p.core);
-    previous_.reap(all);
+    succession_.clients().reap(all);
   }
   // Suspects: hung up but the lease was held. Reclaimed only once death is proven.
   for (auto& s : sessions_)

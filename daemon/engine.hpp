@@ -21,6 +21,7 @@
 #include "daemon/event_publisher.hpp"
 #include "daemon/pool_storage.hpp"
 #include "daemon/previous_clients.hpp"
+#include "daemon/succession.hpp"
 #include "daemon/served_pool.hpp"
 #include "daemon/session.hpp"
 #include "daemon/sessions.hpp"
@@ -82,16 +83,7 @@ class Engine {
   void periodic();
   void service(const EngineHooks& hooks);
   void shutdown();
-  // ---- restarts (engine_restart.cpp) ----
-  // The storage of pool i: the previous daemon's segment when `previous` holds one that
-  // maps (else it is reset), or new memory.
-  Result<PoolStorage> pool_storage_for(const PoolConfig& pc, const Layout& layout,
-                                       std::optional<Adoption::Pool>& previous);
-  // Takes over pool i's previous registry into `core`; on failure re-creates it empty.
-  void adopt_pool_registry(Adoption& adoption, const Adoption::Pool& previous, uint32_t i,
-                           const pool::PoolCoreConfig& core_config, pool::PoolCore& core);
-  // Who this daemon is (ControlHeader::restart) and the tag of its generations.
-  void publish_identity(const Adoption& adoption, uint64_t adoption_ns);
+  // ---- restarts (engine_restart.cpp; what a restart hands over: daemon/succession.hpp) ----
   // Hands the control segment and the host pools' segments to the supervisor's store, then
   // drops the previous daemon's control segment from it; before any client is accepted,
   // so the stored control segment always describes the stored pool bytes.
@@ -149,10 +141,7 @@ class Engine {
   bool stopping_ = false;
   bool created_ = false;
   bool keep_cache_ = false;
-  std::string previous_control_name_;                 // in the store until ours is
-  std::vector<std::string> previous_registry_names_;  // likewise
-  std::string previous_kept_name_;                    // likewise (daemon/kept_processes.hpp)
-  PreviousClients previous_;  // the previous daemon's clients that still run
+  Succession succession_;  // the predecessor's segments and its clients that still run
   // kMatchOnboard answers waiting for their disk reads, by the cookie the tier calls back with.
   struct DeferredMatch {
     uint32_t slot = 0;
