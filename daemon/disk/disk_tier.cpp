@@ -52,17 +52,43 @@ struct FreeDeleter {
 
 }  // namespace
 
+// One op's state. The engine thread fills it before submit and reads it after reap; in
+// between, the I/O thread's hooks write `header` and `sector` (a write) or `read_checksum`
+// (a read): the op queues' release/acquire order the two sides.
 struct DiskTier::Op {
+  const DiskTier* tier = nullptr;
   bool write = false;
   uint32_t slot = kNoSlot;
+  uint32_t block = 0;  // the host block written from or read into
   pool::BlockRef ref{};
-  uint64_t onboard = 0;   // the onboard a read belongs to
-  uint32_t position = 0;  // its place in that onboard
-  uint64_t expected = 0;  // bytes the op moves when it succeeds
+  uint64_t onboard = 0;        // the onboard a read belongs to
+  uint32_t position = 0;       // its place in that onboard
+  uint64_t expected = 0;       // bytes the op moves when it succeeds
+  SlotHeader header{};         // a write's, sealed by seal_write
+  uint64_t read_checksum = 0;  // a read's bytes, by sum_read (0: the read failed)
   std::unique_ptr<std::byte, FreeDeleter> sector{
       static_cast<std::byte*>(std::aligned_alloc(kSectorBytes, kSectorBytes))};
   std::vector<iovec> iov;
 };
+
+// On the I/O thread, before a write goes out: the checksum of the block's bytes (held by
+// the tier, so they cannot change), the seal, and the header sector. An XXH3 of a block
+// costs tens of microseconds to milliseconds (block size): never the engine's.
+void DiskTier::seal_write(void* ctx, int64_t) {
+  Op& op = *static_cast<Op*>(ctx);
+  op.header.data_checksum = block_checksum(op.tier->setup_.host_base, op.tier->layout_, op.block);
+  seal(op.header);
+  std::memset(op.sector.get(), 0, kSectorBytes);
+  std::memcpy(op.sector.get(), &op.header, sizeof(op.header));
+}
+
+// On the I/O thread, once a read came in: the checksum of the bytes it put in the block.
+void DiskTier::sum_read(void* ctx, int64_t result) {
+  Op& op = *static_cast<Op*>(ctx);
+  op.read_checksum = result == static_cast<int64_t>(op.expected)
+                         ? block_checksum(op.tier->setup_.host_base, op.tier->layout_, op.block)
+                         : 0;
+}
 
 struct DiskTier::Onboard {
   uint64_t cookie = 0;
@@ -72,6 +98,7 @@ struct DiskTier::Onboard {
   std::vector<pool::BlockRef> blocks;  // the tier's mutable blocks being read into
   std::vector<int64_t> results;
   std::vector<SlotHeader> headers;  // as read from the file
+  std::vector<uint64_t> checksums;  // of the bytes read (sum_read)
   uint32_t pending = 0;
 };
 
@@ -81,6 +108,7 @@ DiskTier::DiskTier(const DiskTierSetup& setup, pool::PoolCore& core, SlotFile fi
       core_(core),
       file_(std::move(file)),
       layout_(std::move(layout)),
+      fingerprint_(layout_fingerprint(setup.layout, setup.dtype)),
       index_(num_slots) {}
 
 // Ops in flight read into and write from buffers this object owns: let them finish (bounded:
@@ -139,6 +167,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierSetup& setup, poo
   t->io_ = std::move(io.value());
   for (uint32_t i = 0; i < depth; ++i) {
     t->ops_.push_back(std::make_unique<Op>());
+    t->ops_.back()->tier = t.get();
     t->free_ops_.push_back(depth - 1 - i);
   }
   t->publish_fixed();
@@ -159,6 +188,7 @@ uint32_t DiskTier::op_alloc() {
 }
 
 void DiskTier::build_iov(Op& op, uint32_t block) {
+  op.block = block;
   op.iov.clear();
   op.iov.push_back({op.sector.get(), kSectorBytes});
   for (const iovec& v : block_regions(setup_.host_base, layout_, block)) op.iov.push_back(v);
@@ -265,29 +295,30 @@ bool DiskTier::start_write(Queued& q) {
   op.write = true;
   op.slot = slot;
   op.ref = q.ref;
-  SlotHeader h{};
+  SlotHeader& h = op.header;
+  h = SlotHeader{};
   h.magic = kSlotMagic;
   h.generation = file_.generation();
   h.slot = slot;
   h.sequence_hash = q.block.sequence_hash;
   h.parent_hash = q.block.has_parent ? q.block.parent_hash : 0;
   h.block_hash = q.block.block_hash;
-  h.layout_fingerprint = layout_fingerprint(setup_.layout, setup_.dtype);
-  h.data_checksum = block_checksum(setup_.host_base, layout_, q.ref.id);
+  h.layout_fingerprint = fingerprint_;
   h.write_seq = next_write_seq_++;
   h.hash_scheme = setup_.hash_scheme;
   h.has_parent = q.block.has_parent ? 1 : 0;
   h.priority = q.block.priority;
-  seal(h);
-  std::memset(op.sector.get(), 0, kSectorBytes);
-  std::memcpy(op.sector.get(), &h, sizeof(h));
+  // data_checksum and the seal: seal_write, on the I/O thread.
   build_iov(op, q.ref.id);
   IoOp io{true,
           file_.fd(),
           file_.slot_offset(slot),
           op.iov.data(),
           static_cast<uint32_t>(op.iov.size()),
-          oi};
+          oi,
+          &DiskTier::seal_write,
+          nullptr,
+          &op};
   if (Status s = io_->submit(io); !s.is_ok()) {
     index_.abandon(slot);
     free_ops_.push_back(oi);
@@ -302,8 +333,7 @@ bool DiskTier::start_write(Queued& q) {
 void DiskTier::write_done(Op& op, int64_t result) {
   inflight_write_bytes_ -= file_.slot_bytes();
   if (result == static_cast<int64_t>(op.expected)) {
-    SlotHeader h{};
-    std::memcpy(&h, op.sector.get(), sizeof(h));
+    const SlotHeader& h = op.header;  // sealed by seal_write on the I/O thread
     if (index_.find(h.sequence_hash) == kNoSlot) note_on_disk(h);  // a rewrite is no news
     index_.publish(op.slot, h);  // durable (RWF_DSYNC) before it is findable
     stats_.bytes_written += layout_.block_bytes();
@@ -347,6 +377,7 @@ bool DiskTier::start_onboard(uint64_t cookie, std::span<const uint64_t> hashes,
   if (!core_.allocate(setup_.owner, k, ob->blocks.data()).is_ok()) return false;
   ob->results.assign(k, 0);
   ob->headers.resize(k);
+  ob->checksums.assign(k, 0);
   const uint64_t id = next_onboard_++;
   for (uint32_t i = 0; i < k; ++i) {
     const uint32_t slot = index_.find(ob->hashes[i]);
@@ -365,7 +396,10 @@ bool DiskTier::start_onboard(uint64_t cookie, std::span<const uint64_t> hashes,
             file_.slot_offset(slot),
             op.iov.data(),
             static_cast<uint32_t>(op.iov.size()),
-            oi};
+            oi,
+            nullptr,
+            &DiskTier::sum_read,
+            &op};
     if (!io_->submit(io).is_ok()) {
       free_ops_.push_back(oi);
       --inflight_ops_;
@@ -388,11 +422,11 @@ void DiskTier::read_done(Op& op, int64_t result) {
   Onboard& ob = *it->second;
   ob.results[op.position] = result;
   std::memcpy(&ob.headers[op.position], op.sector.get(), sizeof(SlotHeader));
+  ob.checksums[op.position] = op.read_checksum;
   if (--ob.pending == 0) finish_onboard(op.onboard);
 }
 
 uint32_t DiskTier::verify_onboard(Onboard& ob) {
-  const uint64_t fingerprint = layout_fingerprint(setup_.layout, setup_.dtype);
   uint32_t good = 0;
   for (; good < ob.hashes.size(); ++good) {
     const SlotHeader& h = ob.headers[good];
@@ -402,8 +436,8 @@ uint32_t DiskTier::verify_onboard(Onboard& ob) {
       ++stats_.io_errors;
       why = "read failed";
     } else if (!sealed(h) || h.sequence_hash != ob.hashes[good] || h.slot != ob.slots[good] ||
-               h.generation != file_.generation() || h.layout_fingerprint != fingerprint ||
-               block_checksum(setup_.host_base, layout_, ob.blocks[good].id) != h.data_checksum) {
+               h.generation != file_.generation() || h.layout_fingerprint != fingerprint_ ||
+               ob.checksums[good] != h.data_checksum) {
       ++stats_.checksum_failures;
       why = "checksum mismatch";
     }

@@ -2,7 +2,8 @@
 // blocks into the slot file, and onboard of blocks read back into the host pool. Runs on
 // the engine thread; the I/O itself runs in io_uring (or the fallback threads), and the
 // engine calls on_io_ready() when the tier's eventfd is readable. Nothing here waits on
-// the disk.
+// the disk, and no block's bytes are hashed here: the XXH3 of each write and each read
+// runs on the I/O thread (seal_write, sum_read).
 //
 // Holds: while a block is written, the tier holds one reference on it as the daemon's own
 // pool-core owner, so it cannot be evicted and reused mid-write; while blocks are read,
@@ -128,6 +129,9 @@ class DiskTier {
   // How many of an onboard's blocks are good, in order: stops at the first bad one (which
   // is dropped from the index and counted).
   uint32_t verify_onboard(Onboard& ob);
+  // The I/O thread's hooks (disk_io.hpp): a write's checksum and seal, a read's checksum.
+  static void seal_write(void* ctx, int64_t result);
+  static void sum_read(void* ctx, int64_t result);
   bool admit(uint64_t hash);
   // Fixed fields of setup_.published (before kReady), then its live counters (relaxed).
   void publish_fixed();
@@ -144,6 +148,7 @@ class DiskTier {
   pool::PoolCore& core_;
   SlotFile file_;
   Layout layout_;
+  uint64_t fingerprint_ = 0;  // layout_fingerprint of this pool's layout and dtype
   DiskIndex index_;
   std::unique_ptr<DiskIo> io_;
   std::vector<std::unique_ptr<Op>> ops_;

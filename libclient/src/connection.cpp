@@ -173,7 +173,7 @@ bool Connection::run() {
   if (abandoned_count_.load(std::memory_order_relaxed) > 0) {
     LaterReleases later{this, {}};
     std::unique_lock rl(recv_mutex_, std::try_to_lock);
-    if (rl.owns_lock()) drain_answers_locked(&later);
+    if (rl.owns_lock() && !reading_) drain_answers_locked(&later);  // else the reader does
   }
   if (pending_count_.load(std::memory_order_relaxed) == 0) return false;
   std::unique_lock lk(send_mutex_, std::try_to_lock);
@@ -204,8 +204,10 @@ Status Connection::check_usable() const {
 // for their futures (try_lock: a waiter holding it reads them anyway). send_mutex_ held, so
 // the releases of abandoned answers queue at once.
 void Connection::drain_if_free() {
-  if (std::unique_lock rl(recv_mutex_, std::try_to_lock); rl.owns_lock())
+  if (std::unique_lock rl(recv_mutex_, std::try_to_lock); rl.owns_lock() && !reading_) {
     drain_answers_locked(nullptr);
+    answered_.notify_all();  // a waiter whose answer this read takes it
+  }
 }
 
 Status Connection::flush_locked() {
@@ -326,18 +328,36 @@ void Connection::drain_answers_locked(LaterReleases* later) {
   }
 }
 
+// One thread at a time reads the answer ring (the reader); it stashes every answer that is
+// not its own and wakes the others, who wait on answered_ and take theirs from early_. The
+// reader does not hold recv_mutex_ while it waits: a call whose answer takes long (an
+// onboard of disk reads, a peer fetch) must not hold up the answers of this client's other
+// threads, which arrive meanwhile. When the reader's own answer comes, it steps down and a
+// waiting thread becomes the reader.
 Result<Response> Connection::wait(uint64_t correlation_id) {
   if (fork_generation() != fork_generation_) return check_usable();
   LaterReleases later{this, {}};  // destroyed after the lock below is let go
-  std::lock_guard lk(recv_mutex_);
-  if (auto it = early_.find(correlation_id); it != early_.end()) {
-    Response r = std::move(it->second);
-    early_.erase(it);
-    return r;
+  std::unique_lock lk(recv_mutex_);
+  for (;;) {
+    if (auto it = early_.find(correlation_id); it != early_.end()) {
+      Response r = std::move(it->second);
+      early_.erase(it);
+      return r;
+    }
+    if (!reading_) break;
+    answered_.wait(lk);
   }
-  return channel_->wait(correlation_id, [&](uint64_t corr, Response&& r) {
+  reading_ = true;
+  lk.unlock();
+  auto got = channel_->wait(correlation_id, [&](uint64_t corr, Response&& r) {
+    std::lock_guard g(recv_mutex_);
     stash_locked(corr, std::move(r), &later);
+    answered_.notify_all();
   });
+  lk.lock();
+  reading_ = false;
+  answered_.notify_all();  // the next waiter reads (or finds its answer stashed)
+  return got;
 }
 
 Result<Response> Connection::call(proto::Opcode op, uint32_t pool, uint32_t count,

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -150,6 +151,8 @@ class Connection : private shm::LeaseWork {
   std::atomic<uint32_t> pending_count_{0};
 
   std::mutex recv_mutex_;               // the channel's receiving side
+  bool reading_ = false;                // a thread reads the answer ring (wait())
+  std::condition_variable answered_;    // early_ grew, or the reader stepped down
   std::map<uint64_t, Response> early_;  // answers that arrived for another waiter
   struct Abandoned {
     uint32_t pool;

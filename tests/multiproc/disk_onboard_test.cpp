@@ -412,9 +412,11 @@ class StoppedIoThreads {
   std::vector<pid_t> tids_;
 };
 
-// Disabled: it passes, but one run in a few hangs (not yet understood: the waiter or a
-// ptrace stop never returns). Run it by hand with --gtest_also_run_disabled_tests.
-TEST(DiskOnboard, DISABLED_AnotherClientIsAnsweredWhileOnboardReadsAreInFlight) {
+// While an onboard's reads cannot complete (the I/O threads are stopped), another client
+// and another thread of the same client are answered. The second half once hung: the
+// client library held its receive lock for the whole wait of the onboard's answer, so the
+// same client's next call waited behind it (libclient/src/connection.cpp: wait()).
+TEST(DiskOnboard, AnotherClientIsAnsweredWhileOnboardReadsAreInFlight) {
   DiskDir dir;
   DaemonProcess d(disk_config(dir.file(), 64, 256, "threads"));
   d.start();

@@ -315,7 +315,7 @@ TEST(Adoption, APidTakenWhileNoDaemonRanDoesNotPinTheDeadClientsBlocks) {
   auto nv = next_daemon(d, old);
   // The holder's mutable blocks are free again and its registered ones inactive (cached).
   wait_counts(nv, Want{62, 0, 0, 2});
-  EXPECT_TRUE(contains(d.stderr_text(), "now names another process")) << d.stderr_text();
+  EXPECT_TRUE(d.stderr_gets("now names another process")) << d.stderr_text();
   expect_invariants(nv);
   ::close(hold[1]);  // the impostor exits
   ::waitpid(impostor, nullptr, 0);

@@ -147,7 +147,7 @@ TEST(TrustBoundary, DeadClientWhoseLeaseNamesAnotherThreadIsReclaimed) {
              [&] { return v.describe(); });
   wait_counts(v, Want{16, 0, 0, 0});
   EXPECT_EQ(stat_of(v.stats().reclaimed_clients), reclaimed0 + 1);
-  EXPECT_TRUE(contains(d.stderr_text(), "client reclaimed: slot " + std::to_string(slot)))
+  EXPECT_TRUE(d.stderr_gets("client reclaimed: slot " + std::to_string(slot)))
       << d.stderr_text();
 }
 
@@ -273,7 +273,7 @@ TEST(TrustBoundary, ConfigRefusesACapThatCouldWrapACount) {
   d.spawn();
   auto st = d.wait_exit(15s);
   ASSERT_TRUE(st && st->exited() && st->code() != 0);
-  EXPECT_TRUE(contains(d.stderr_text(), "quota.max_refs_per_block")) << d.stderr_text();
+  EXPECT_TRUE(d.stderr_gets("quota.max_refs_per_block")) << d.stderr_text();
 }
 
 // ---- Medium 9: quotas ------------------------------------------------------------------------
@@ -501,7 +501,7 @@ TEST(TrustBoundary, HellosWithoutReadyTimeOutAndACapPerUidHolds) {
   EXPECT_EQ(refused.status().code(), ErrorCode::kResourceExhausted);
   wait_until([&] { return v.clients() == 0; }, 10s, "the squatters' slots to time out",
              [&] { return v.describe(); });
-  EXPECT_TRUE(contains(d.stderr_text(), "no Ready within attach_timeout_ms")) << d.stderr_text();
+  EXPECT_TRUE(d.stderr_gets("no Ready within attach_timeout_ms")) << d.stderr_text();
   Client good = connect_client(d);
   EXPECT_TRUE(good.ping().is_ok());
 }
@@ -670,7 +670,7 @@ TEST(TrustBoundary, UsersFillingThePendingCapDoNotLockOutAnotherUser) {
   if (c) {
     EXPECT_TRUE(c->ping().is_ok());
   }
-  EXPECT_TRUE(contains(d.stderr_text(), "max_pending_connections reached: dropped the oldest"))
+  EXPECT_TRUE(d.stderr_gets("max_pending_connections reached: dropped the oldest"))
       << d.stderr_text();
   ::close(hold[1]);
   ::close(hold[0]);

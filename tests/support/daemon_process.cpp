@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "kvpool/core/paths.hpp"
 #include "kvpool/shm/handshake.hpp"
@@ -234,6 +235,16 @@ std::string DaemonProcess::socket_path() const {
 
 std::string DaemonProcess::stderr_text() const {
   return stderr_path_.empty() ? std::string() : read_file(stderr_path_);
+}
+
+bool DaemonProcess::stderr_gets(const std::string& needle,
+                                std::chrono::milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (stderr_text().find(needle) != std::string::npos) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);  // polling a file, not synchronising on time
+  }
 }
 
 std::vector<std::string> DaemonProcess::shm_files() const {

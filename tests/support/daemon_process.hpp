@@ -139,6 +139,9 @@ class DaemonProcess {
   const std::string& config_path() const { return config_path_; }
   // stderr of the current (last started) process.
   std::string stderr_text() const;
+  // Whether that stderr comes to contain `needle` within `timeout`. For a line the daemon
+  // logs after a change the test waited for (its counts move before it writes the line).
+  bool stderr_gets(const std::string& needle, std::chrono::milliseconds timeout = 10s) const;
   // /dev/shm entries of this instance ("kvpool.<instance>.ctl", ...).
   std::vector<std::string> shm_files() const;
 

@@ -8,7 +8,9 @@
 //   auto hits = pool->match_sequence_hashes(hashes);           // longest known prefix
 //
 // Every call blocks until kvpoold answers; *_async forms send at once and return a
-// future. A Client may be used from several threads. If kvpoold dies, the calls in flight
+// future. A Client may be used from several threads, and each call returns when its own
+// answer is in: one that takes long (an onboard from disk) holds up no other thread's
+// calls on the same Client. If kvpoold dies, the calls in flight
 // fail with ErrorCode::kDaemonGone (within ~50 ms), never hang; so do calls while no daemon
 // runs, at once; the first call after a daemon is back reattaches to it, keeping the
 // handles it proves are ours (ConnectOptions::reattach).
