@@ -119,7 +119,10 @@ TEST(Attach, AClientOfAnInstanceWithSixteenPoolsGetsEveryPool) {
   for (int i = 0; i < 16; ++i)
     pools.push_back(host_pool(std::string("p").append(std::to_string(i)), 4));
   DaemonProcess d(test_config(pools));
-  d.start();
+  // A hang guard, not a speed check: 16 pools' segments take 0.7 s to set up in a
+  // RelWithDebInfo build but ~9 s under TSan (its shadow of every mapping) on an idle
+  // 2-core VM, past the default 10 s when the machine is loaded.
+  d.start(120s);
   Client c = connect_client(d);
   for (int i = 0; i < 16; ++i) {
     Pool p = pool_of(c, std::string("p").append(std::to_string(i)));
