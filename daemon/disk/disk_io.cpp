@@ -104,7 +104,14 @@ class UringIo final : public QueuedIo {
     if (op.tag >= ops_.size())
       return Status(ErrorCode::kInvalidArgument, "disk I/O tag out of range");
     if (!in_.push(op)) return Status(ErrorCode::kResourceExhausted, "disk I/O queue full");
-    post_eventfd(wake_.get());
+    // Post only to a thread that is (about to be) asleep: a write-behind burst of hundreds
+    // of ops then costs the engine one eventfd write, not one each. Dekker with take_ops():
+    // the push, a full fence, the load; there the store, a full fence, the last pop. One of
+    // the two sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (asleep_.load(std::memory_order_relaxed) &&
+        asleep_.exchange(false, std::memory_order_relaxed))
+      post_eventfd(wake_.get());
     return Status::ok();
   }
   const char* name() const override { return "io_uring"; }
@@ -121,7 +128,9 @@ class UringIo final : public QueuedIo {
   void run() {
     pthread_setname_np(pthread_self(), "kvpool-disk-io");
     for (;;) {
+      take_ops();
       const int r = ::io_uring_submit_and_wait(&ring_, 1);
+      asleep_.store(false, std::memory_order_relaxed);
       if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !logged_) {
         logged_ = true;
         spdlog::error("disk I/O thread: io_uring_submit_and_wait: {}", std::strerror(-r));
@@ -147,8 +156,20 @@ class UringIo final : public QueuedIo {
         if (stop_.load(std::memory_order_acquire)) return;
         arm_wake();  // before taking ops: a post after the last pop completes this read
       }
-      IoOp op;
+    }
+  }
+
+  // Issues every queued op, then says it is going to sleep and looks once more: an op
+  // pushed after that look finds asleep_ set and posts the wake-up (see submit()).
+  void take_ops() {
+    IoOp op;
+    for (;;) {
       while (in_.pop(op)) issue(op);
+      asleep_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!in_.pop(op)) return;
+      asleep_.store(false, std::memory_order_relaxed);
+      issue(op);
     }
   }
 
@@ -175,6 +196,7 @@ class UringIo final : public QueuedIo {
   uint64_t wake_buf_ = 0;
   std::vector<IoOp> ops_;  // by tag, the ops in the ring (the I/O thread's alone)
   std::atomic<bool> stop_{false};
+  std::atomic<bool> asleep_{false};  // the I/O thread waits (or is about to) in the ring
   bool logged_ = false;
   std::thread thread_;
 };
