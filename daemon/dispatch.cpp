@@ -349,7 +349,7 @@ Status Dispatcher::reclaim(const Caller& caller, const Request& r, pool::BlockRe
                                                    std::to_string(it.block.id) +
                                                    " has a nonzero reserved field");
   return previous_->reclaim(caller.slot, caller.pid, caller.uid, h, cores_, r.rq.pool, items, lost,
-                           count_out);
+                            count_out);
 }
 
 }  // namespace kvpool::daemon

@@ -108,15 +108,14 @@ class Dispatcher {
  private:
   // dispatch's three steps: validate the record, run it (the opcode switch), answer.
   Status check(const Request& r, uint32_t pools) const;
-  Status run(const Caller& caller, const Request& r, std::span<std::byte> answer, uint32_t* count_out,
-             uint32_t* rejected);
+  Status run(const Caller& caller, const Request& r, std::span<std::byte> answer,
+             uint32_t* count_out, uint32_t* rejected);
   static uint32_t write_answer(uint64_t correlation_id, const Status& st, uint32_t count,
                                std::span<std::byte> answer, uint32_t capacity);
   // kVerify and kScrub: validate, hash and write their answer words; count_out in words.
   Status verify(uint32_t owner, const Request& r, std::byte* words, uint32_t* count_out);
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
-  Status reclaim(const Caller& caller, const Request& r, pool::BlockRef* lost,
-                 uint32_t* count_out);
+  Status reclaim(const Caller& caller, const Request& r, pool::BlockRef* lost, uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
   // kRegisterTokens: validates the header and sizes, then registers with the tokens.
   Status register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out);

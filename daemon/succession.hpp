@@ -59,8 +59,8 @@ class Succession {
   std::vector<std::optional<Adoption::Pool>> taken_;  // per configured pool
   PreviousClients clients_;
   uint32_t keeper_ = 0;
-  uint64_t started_ns_ = 0;  // CLOCK_MONOTONIC at begin: RestartInfo::adoption_ns
-  std::string previous_control_name_;                 // in the store until ours is
+  uint64_t started_ns_ = 0;            // CLOCK_MONOTONIC at begin: RestartInfo::adoption_ns
+  std::string previous_control_name_;  // in the store until ours is
   std::vector<std::string> previous_registry_names_;  // likewise
   std::string previous_kept_name_;                    // likewise (daemon/kept_processes.hpp)
 };

@@ -147,8 +147,7 @@ TEST(TrustBoundary, DeadClientWhoseLeaseNamesAnotherThreadIsReclaimed) {
              [&] { return v.describe(); });
   wait_counts(v, Want{16, 0, 0, 0});
   EXPECT_EQ(stat_of(v.stats().reclaimed_clients), reclaimed0 + 1);
-  EXPECT_TRUE(d.stderr_gets("client reclaimed: slot " + std::to_string(slot)))
-      << d.stderr_text();
+  EXPECT_TRUE(d.stderr_gets("client reclaimed: slot " + std::to_string(slot))) << d.stderr_text();
 }
 
 // A live client whose socket hangs up but who still holds its lease is not reclaimed under

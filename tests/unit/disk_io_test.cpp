@@ -138,8 +138,9 @@ TEST_P(DiskIoBackends, EveryOpCompletesOnceWithItsResultAndItsHooksRunOnAnIoThre
       std::memset(out[i].data(), 'a' + static_cast<int>(i % 26), 512);
       wiov[i] = {out[i].data(), 512};
       riov[i] = {in[i].data(), 512};
-      IoOp op{write,   fd, uint64_t{i} * 512, write ? &wiov[i] : &riov[i], 1, i, &record_before,
-              &record_after, &rec[i]};
+      IoOp op{write,  fd, uint64_t{i} * 512, write ? &wiov[i] : &riov[i],
+              1,      i,  &record_before,    &record_after,
+              &rec[i]};
       ASSERT_TRUE((*io)->submit(op).is_ok());
     }
     std::set<uint64_t> done;

@@ -115,11 +115,16 @@ void ControlWriter::publish_stopping() {
 
 const char* to_string(ControlGrade g) {
   switch (g) {
-    case ControlGrade::kRefused: return "refused";
-    case ControlGrade::kStarting: return "starting";
-    case ControlGrade::kStopping: return "stopping";
-    case ControlGrade::kReady: return "ready";
-    case ControlGrade::kDead: return "a dead daemon's";
+    case ControlGrade::kRefused:
+      return "refused";
+    case ControlGrade::kStarting:
+      return "starting";
+    case ControlGrade::kStopping:
+      return "stopping";
+    case ControlGrade::kReady:
+      return "ready";
+    case ControlGrade::kDead:
+      return "a dead daemon's";
   }
   return "?";
 }
@@ -164,8 +169,8 @@ GradedControl ControlReader::open_graded(Segment segment, ControlOpener opener) 
   const bool successor = opener == ControlOpener::kSuccessor;
   if (h.layout_major != kLayoutMajor)
     return refuse(std::move(g), ErrorCode::kVersionMismatch,
-                  "kvpoold uses shm layout " + std::to_string(h.layout_major) +
-                      ", this library " + std::to_string(kLayoutMajor));
+                  "kvpoold uses shm layout " + std::to_string(h.layout_major) + ", this library " +
+                      std::to_string(kLayoutMajor));
   if (successor && (h.layout_minor != kLayoutMinor || h.header_bytes != sizeof(ControlHeader)))
     return refuse(std::move(g), ErrorCode::kVersionMismatch,
                   "the previous kvpoold used shm layout " + std::to_string(h.layout_major) + "." +
@@ -189,8 +194,7 @@ GradedControl ControlReader::open_graded(Segment segment, ControlOpener opener) 
                   "the control segment is smaller than its header says");
   if (!within(h.pools_offset, uint64_t{h.num_pools} * sizeof(PoolInfo), size) ||
       h.pools_offset % alignof(PoolInfo) != 0)
-    return refuse(std::move(g), ErrorCode::kProtocolError,
-                  outside("the pool table").message());
+    return refuse(std::move(g), ErrorCode::kProtocolError, outside("the pool table").message());
   if (successor && daemon_still_runs(h.daemon_pid))
     return refuse(std::move(g), ErrorCode::kInvalidState,
                   "a live daemon's control segment: kvpoold pid " + std::to_string(h.daemon_pid) +
