@@ -23,7 +23,7 @@ echo "link: veth pair between two network namespaces, UCX_TLS=$UCX_TLS, $(nproc)
 ip netns exec "$NSA" iperf3 -s -B "$IPA" -p 5201 -1 > "$WORK/iperf-s.log" 2>&1 &
 PIDS+=($!)
 wait_for 10 grep -q "Server listening" "$WORK/iperf-s.log"
-gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | python3 -c \
+gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | "$PY" -c \
   "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))")
 echo "iperf3 TCP B<-A: $gbps GB/s"
 
@@ -51,11 +51,11 @@ for inner in "${INNERS[@]}"; do
   for r in $(seq 1 "$ROUNDS"); do
     worker "$NSA" A register --blocks 64 --seed $(( 1000 + r )) >/dev/null
     res=$(worker "$NSB" B match --blocks 64 --seed $(( 1000 + r )) --deadline-ms 20000 --holder "$IPA:$PORT")
-    got=$(python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(j['got'] if j['bytes_ok'] else -1)" "$res")
+    got=$("$PY" -c "import json,sys; j=json.loads(sys.argv[1]); print(j['got'] if j['bytes_ok'] else -1)" "$res")
     [ "$got" = 64 ] || { echo "round $r: $res"; exit 1; }
-    times+=("$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['elapsed_ms'])" "$res")")
+    times+=("$("$PY" -c "import json,sys; print(json.loads(sys.argv[1])['elapsed_ms'])" "$res")")
   done
-  python3 - "$bytes" "$perf" "$gbps" "${times[@]}" <<'PY'
+  "$PY" - "$bytes" "$perf" "$gbps" "${times[@]}" <<'PY'
 import statistics, sys
 b = int(sys.argv[1]); perf = float(sys.argv[2] or 0); iperf = float(sys.argv[3]); t = [float(x) for x in sys.argv[4:]]
 med = statistics.median(t)

@@ -20,6 +20,9 @@ PIDS=()
 # shared memory (cma/posix), around the link the tests cut.
 export UCX_TLS=tcp
 export UCX_WARN_UNUSED_ENV_VARS=n
+# The system's python: a pyenv shim costs a second or more a call on a loaded machine, and
+# the tests poll JSON with it.
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 
 cleanup() {
   set +e
@@ -66,6 +69,7 @@ JSON
 start_kvpoold() {
   local ns=$1 host=$2 inner=${3:-$INNER}
   write_config "$WORK/$host.json" "$inner"
+  rm -f "$WORK/$host/default.sock"  # a killed one's: wait for the new daemon's own
   ip netns exec "$ns" "$BUILD/daemon/kvpoold" --config "$WORK/$host.json" \
     --runtime-dir "$WORK/$host" >> "$WORK/kvpoold-$host.log" 2>&1 &
   PIDS+=($!); eval "KVPOOLD_$host=$!"
@@ -86,7 +90,7 @@ start_peer() {
 peers_json() { "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/$1" --json; }
 status_json() { "$BUILD/tools/kvpoolctl/kvpoolctl" status --runtime-dir "$WORK/$1" --json; }
 # jget HOST-JSON-COMMAND PYTHON-EXPR: evaluates EXPR on the JSON as `j`.
-jget() { local cmd=$1 expr=$2; shift 2; $cmd "$@" | python3 -c "import json,sys; j=json.load(sys.stdin); print($expr)"; }
+jget() { local cmd=$1 expr=$2; shift 2; $cmd "$@" | "$PY" -c "import json,sys; j=json.load(sys.stdin); print($expr)"; }
 
 worker() {  # worker NS HOST ARGS...
   local ns=$1 host=$2; shift 2

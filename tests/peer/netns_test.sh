@@ -28,14 +28,21 @@ b_holds_nothing() { [ "$(pool_count B active_blocks)" = 0 ] && [ "$(pool_count B
 pool_at_least() { [ "$(pool_count "$1" "$2")" -ge "$3" ]; }
 peers_at_least() { [ "$(jget peers_json "$2" "$1")" -ge "$3" ]; }
 peers_equal() { [ "$(jget peers_json "$2" "$1")" = "$3" ]; }
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+# The intact prefix of B's fetch in flight (0: none in flight).
+# (grep, not python: this is polled while the transfer runs, and must see it early.)
+fetch_prefix() {
+  peers_json B | grep -o '"intact_prefix": *[0-9]*' | grep -o '[0-9]*$' | sort -n | tail -1 | grep . \
+    || echo 0
+}
+fetch_prefix_at_least() { [ "$(fetch_prefix)" -ge "$1" ]; }
+field() { "$PY" -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 
 # check_failure_result JSON ASKED DEADLINE_MS
 check_failure_result() {
   local r=$1 asked=$2 deadline=$3
   [ "$(field "$r" bytes_ok)" = True ] || fail "wrong bytes: $r"
   [ "$(field "$r" got)" -lt "$asked" ] || fail "all $asked blocks arrived before the failure: $r"
-  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 1000 else 1)" \
+  "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) + 1000 else 1)" \
     "$(field "$r" elapsed_ms)" "$deadline" || fail "returned after its deadline: $r"
 }
 
@@ -89,8 +96,11 @@ layout)
   # A restarts (new epoch) with another layout and registers the next prompt there.
   kill -9 "$PEER_A" "$KVPOOLD_A"; wait "$PEER_A" "$KVPOOLD_A" 2>/dev/null || true
   start_kvpoold "$NSA" A 512
-  start_peer "$NSA" A "$IPA"
+  start_peer "$NSA" A "$IPA"  # on the same port: peers dial the address they know
   worker "$NSA" A register --blocks 4 --seed 11 >/dev/null
+  # B's endpoint to A's first start breaks (its TCP connection was reset); until B has seen
+  # that, a fetch on it is a transport miss, not the layout miss this scenario is about.
+  wait_for 15 peers_equal B "len(j['connections'])" 0 || fail "B kept its endpoint to dead A"
   r=$(worker "$NSB" B match --blocks 4 --seed 11 --deadline-ms 3000 --holder "$IPA:$PORT")
   echo "after A's restart with another layout: $r"
   [ "$(field "$r" got)" = 0 ] || fail "blocks of another layout arrived: $r"
@@ -98,36 +108,57 @@ layout)
     || fail "B did not count a layout miss"
   ;;
 kill9|sigstop|linkdown)
-  # Slow link (tbf, 100 Mbit/s) and 512 KiB blocks: 64 blocks take ~3 s, so the fault lands
-  # mid-transfer.
-  ip netns exec "$NSA" tc qdisc add dev "$VA" root tbf rate 100mbit burst 64kb latency 2s
-  start_peer "$NSA" A "$IPA" --max-deadline-ms 60000; start_peer "$NSB" B "$IPB"
+  # A link of 100 Mbit/s (tbf) and 512 KiB blocks: 64 blocks take ~2.7 s, well inside the
+  # deadline (the control below shows it), so a fetch that comes back short was cut by the
+  # fault alone. The link's queue (20 ms) and the sockets' buffers (256 KiB) are kept short,
+  # so that little is still on its way when the fault lands.
+  ip netns exec "$NSA" tc qdisc add dev "$VA" root tbf rate 100mbit burst 64kb latency 20ms
+  export UCX_TCP_SNDBUF=256k UCX_TCP_RCVBUF=256k
+  start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
+  DEADLINE=6000
+  # Control: without a fault the same transfer completes within the deadline.
+  worker "$NSA" A register --blocks 64 --seed 4 >/dev/null
+  r=$(worker "$NSB" B match --blocks 64 --seed 4 --deadline-ms $DEADLINE --holder "$IPA:$PORT")
+  echo "control, no fault: $r"
+  [ "$(field "$r" got)" = 64 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "control: $r"
   worker "$NSA" A register --blocks 64 --seed 5 >/dev/null
-  DEADLINE=2500
   worker "$NSB" B match --blocks 64 --seed 5 --deadline-ms $DEADLINE --holder "$IPA:$PORT" \
     > "$WORK/result.json" &
   W=$!; PIDS+=($W)
-  # The transfer has begun once A's kvpoold shows the holder's pins (its control segment,
-  # read without asking the busy kvpool-peer).
-  wait_for 10 peers_at_least A "j['serves_in_flight']" 1 || fail "no transfer began"
+  # Mid-transfer: B has verified the first blocks of the prefix (its kvpool-peer's status
+  # shows each fetch's intact prefix) and the rest is still to come.
+  wait_for 20 fetch_prefix_at_least 2 || fail "no transfer began: $(peers_json B)"
+  seen=$(fetch_prefix)
   case "$SCENARIO" in
     kill9) kill -9 "$PEER_A" ;;
     sigstop) kill -STOP "$PEER_A" ;;
     linkdown) ip -n "$NSA" link set "$VA" down ;;
   esac
+  echo "fault ($SCENARIO) after B had $seen intact block(s)"
   wait "$W" || fail "worker failed: $(cat "$WORK/result.json")"
   r=$(cat "$WORK/result.json")
   echo "$SCENARIO mid-transfer: $r"
   check_failure_result "$r" 64 $DEADLINE
+  [ "$(field "$r" got)" -ge "$seen" ] || fail "blocks B had verified were not given: $r"
+  fails=$(jget peers_json "j['peers']['A']['failures']" B)
+  echo "B's failures from A: $fails"
+  case "$SCENARIO" in
+    # A dead holder is seen at once (its connection breaks), not at the deadline.
+    kill9) [ "$(jget peers_json "j['peers']['A']['failures']['transport']" B)" = 1 ] \
+             || fail "B did not see the holder die: $fails" ;;
+    # A stalled holder or a dead link: only the deadline ends the fetch.
+    sigstop|linkdown) [ "$(jget peers_json "j['peers']['A']['failures']['timeout']" B)" = 1 ] \
+             || fail "B's fetch did not end at its deadline: $fails" ;;
+  esac
   case "$SCENARIO" in
     sigstop) kill -CONT "$PEER_A" ;;
     linkdown) ip -n "$NSA" link set "$VA" up ;;
   esac
-  # Nothing stays pinned on A: the holder's pins end with the transfer (deadline, or
+  # Nothing stays pinned on A: the holder's pins end with the transfer (its deadline, or
   # kvpoold reclaiming a dead kvpool-peer's references).
   wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
   if [ "$SCENARIO" != kill9 ]; then
-    [ "$(jget peers_json "j['blocks_pinned_for_peers']" A)" = 0 ] || fail "A's kvpool-peer pins"
+    wait_for 15 peers_equal A "j['blocks_pinned_for_peers']" 0 || fail "A's kvpool-peer pins"
   fi
   wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   wait_for 15 peers_equal B "j['fetches_in_flight']" 0 || fail "B's fetch never ended"
@@ -154,6 +185,8 @@ discovery)
   worker "$NSA" A register --blocks 8 --seed 4 >/dev/null
   wait_for 15 peers_at_least B "j['directory']['indexed_hashes']" 16 \
     || fail "B never learnt what A holds: $(peers_json B)"
+  wait_for 15 peers_at_least B "len(j['directory']['peers'])" 1 \
+    || fail "B never heard A's announcement: $(peers_json B)"
   r=$(worker "$NSB" B match --blocks 8 --seed 3 --deadline-ms 5000)
   echo "found through NATS: $r"
   [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "discovery: $r"

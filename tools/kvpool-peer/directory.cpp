@@ -174,6 +174,9 @@ Result<std::unique_ptr<Discovery>> Discovery::start(const PeerOptions& o, Direct
     KVPOOL_RETURN_IF_ERROR(
         d->link_->subscribe(events::kv_events_subject(o.nats_namespace, o.nats_component, topic),
                             [dir](std::string_view m) { dir->on_kv_event(m); }));
+  // The subscriptions are in force at the server before kvpool-peer says it is ready: events
+  // published after that (a peer's Stored) reach this directory.
+  KVPOOL_RETURN_IF_ERROR(d->link_->flush(std::chrono::milliseconds(2000)));
   d->thread_ = std::thread([p = d.get()] { p->announce_loop(); });
   return d;
 }

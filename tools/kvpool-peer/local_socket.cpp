@@ -97,8 +97,29 @@ std::string Service::status_json() const {
                      {"exported", p.exported},
                      {"fingerprint", p.fingerprint},
                      {"usable", p.unusable.empty()}});
+  // Each transfer's progress, so an operator (and the fault tests) can see a transfer under
+  // way: on the holder, blocks handed to UCX; on the fetcher, the intact prefix so far.
   uint64_t pinned = 0;
-  for (const auto& [id, s] : serves_) pinned += s->pins.size();
+  nlohmann::json serves = nlohmann::json::array();
+  for (const auto& [id, s] : serves_) {
+    pinned += s->pins.size();
+    serves.push_back({{"peer", s->peer},
+                      {"pool", pools_[s->pool].name},
+                      {"blocks", s->pins.size()},
+                      {"sent", s->next - s->sending},
+                      {"cut", s->cut}});
+  }
+  nlohmann::json fetches = nlohmann::json::array();
+  for (const auto& [id, f] : fetches_) {
+    uint32_t prefix = 0;
+    while (prefix < f->state.size() && f->state[prefix] == Fetch::kReceived) ++prefix;
+    fetches.push_back({{"peer", f->peer},
+                       {"pool", pools_[f->pool].name},
+                       {"asked", f->hashes.size()},
+                       {"pinned_by_holder", f->expected},
+                       {"intact_prefix", prefix},
+                       {"answered", f->answered}});
+  }
   nlohmann::json out = {{"name", options_.name},
                         {"epoch", epoch_},
                         {"listen", options_.listen},
@@ -106,7 +127,9 @@ std::string Service::status_json() const {
                         {"connections", conns},
                         {"serves_in_flight", serves_.size()},
                         {"blocks_pinned_for_peers", pinned},
+                        {"serves", serves},
                         {"fetches_in_flight", fetches_.size()},
+                        {"fetches", fetches},
                         {"peers", peers}};
   if (directory_ != nullptr) out["directory"] = directory_->to_json();
   return out.dump();

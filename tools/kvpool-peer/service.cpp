@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "address.hpp"
@@ -147,6 +148,11 @@ Status Service::init_pools() {
 }
 
 Status Service::init_ucx() {
+  // A restarted kvpool-peer must listen on its port again at once, while the connections of
+  // the one before it still linger there in TIME_WAIT (peers dial the announced address).
+  // UCX's default is to refuse the bind; an operator's own UCX_CM_REUSEADDR still wins.
+  // Set before any other thread exists (Discovery starts after the service).
+  ::setenv("UCX_CM_REUSEADDR", "y", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status(ErrorCode::kConfigError,
