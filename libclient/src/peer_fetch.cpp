@@ -1,6 +1,6 @@
-// Pool::match_sequence_hashes with PeerFetchOptions: the local match, then what is missing
-// asked of kvpool-peer over its Unix socket (kvpool/peer/local_request.hpp), then a local
-// match of what it fetched. The socket stays open until that match holds the blocks:
+// Pool::match_sequence_hashes with PeerFetchOptions: the local match (host memory and disk
+// tier), then what is missing asked of kvpool-peer over its Unix socket
+// (kvpool/peer/local_request.hpp), then a local match of what it fetched. The socket stays open until that match holds the blocks:
 // kvpool-peer keeps them registered (a reference each) until we hang up.
 #include <poll.h>
 #include <sys/socket.h>
@@ -72,8 +72,14 @@ Result<std::vector<ImmutableBlock>> match_with_peers(Pool pool,
                                                      std::span<const SequenceHash> hashes,
                                                      const PeerFetchOptions& o) {
   const auto until = Clock::now() + o.deadline;
-  // The seam: whatever tiers the local match covers (host, disk) go first.
-  auto local = pool.match_sequence_hashes(hashes);
+  // This host's tiers go first: host memory, then the pool's disk tier (an onboard match;
+  // a pool without one answers it as a plain match), so a peer is asked only for what
+  // neither holds. A kvpoold older than this library does not know the onboard match.
+  MatchOptions onboard;
+  onboard.onboard = true;
+  auto local = pool.match_sequence_hashes(hashes, onboard);
+  if (!local && local.status().code() == ErrorCode::kProtocolError)
+    local = pool.match_sequence_hashes(hashes);
   if (!local || local->size() >= hashes.size() || hashes.empty()) return local;
   const size_t have = local->size();
   shm::UniqueFd keep;

@@ -55,20 +55,24 @@ make_hosts() {
   head -c 32 /dev/urandom | base64 > "$KEY"; chmod 600 "$KEY"
 }
 
-# write_config FILE INNER
+# write_config FILE INNER [DISK_FILE]: with DISK_FILE, the pool has a disk tier of
+# $DISK_SLOTS slots there.
 write_config() {
+  local disk=""
+  [ -n "${3:-}" ] && disk=",\"disk\":{\"path\":\"$3\",\"num_blocks\":$DISK_SLOTS}"
   cat > "$1" <<JSON
 {"instance":"default","max_clients":16,"event_ring_slots":4096,
  "pools":[{"name":"g1","storage":"host","num_blocks":$BLOCKS_PER_POOL,"hash_scheme":"dynamo-0.2",
    "layout":{"num_layers":2,"outer_dim":2,"page_size":16,"inner_dim":$2,"dtype_bytes":2,
-             "alignment":256,"kind":"fully_contiguous"}}]}
+             "alignment":256,"kind":"fully_contiguous"}$disk}]}
 JSON
 }
 
-# start_kvpoold NS HOST [INNER]: HOST is A or B; its runtime dir is $WORK/HOST.
+# start_kvpoold NS HOST [INNER]: HOST is A or B; its runtime dir is $WORK/HOST. With
+# DISK_SLOTS set, its pool has a disk tier ($WORK/HOST.slots).
 start_kvpoold() {
   local ns=$1 host=$2 inner=${3:-$INNER}
-  write_config "$WORK/$host.json" "$inner"
+  write_config "$WORK/$host.json" "$inner" ${DISK_SLOTS:+"$WORK/$host.slots"}
   rm -f "$WORK/$host/default.sock"  # a killed one's: wait for the new daemon's own
   ip netns exec "$ns" "$BUILD/daemon/kvpoold" --config "$WORK/$host.json" \
     --runtime-dir "$WORK/$host" >> "$WORK/kvpoold-$host.log" 2>&1 &

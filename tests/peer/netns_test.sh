@@ -10,6 +10,9 @@
 #   linkdown   the link goes down mid-transfer
 #   discovery  no holder named: B finds A through NATS (kvpool-events + announcements);
 #              A gone silent is dropped, after which B no longer asks it
+#   disk       the disk tier (docs/disk-tier.md) on both sides: A serves blocks that left
+#              its host memory for its disk (onboarding them first); B's own disk tier is
+#              looked at before any peer is asked
 # In the failure scenarios B's call returns within its deadline (+1 s of slack for a loaded
 # machine) with only intact blocks (every byte checked), fewer than asked; afterwards A pins
 # nothing (its pool has no active block) and B holds nothing (no mutable or active block).
@@ -17,11 +20,20 @@ SCENARIO=$1
 BUILD=$(cd "$2" && pwd)
 # 512 KiB blocks where a fault must land mid-transfer.
 case "$SCENARIO" in kill9|sigstop|linkdown) INNER=4096 ;; esac
+# Host pools of 32 blocks over disk tiers of 128 slots: newer blocks push old ones out of
+# host memory, and the disk keeps them. (Not smaller: a uid may hold 87% of a pool, and
+# kvpool-peer and the worker, both root here, each hold the fetched blocks for a moment.)
+if [ "$SCENARIO" = disk ]; then BLOCKS_PER_POOL=32; DISK_SLOTS=128; fi
 source "$(dirname "$0")/netns_lib.sh"
 
 pool_count() {  # pool_count HOST FIELD
   jget status_json "j['pools'][0]['$2']" "$1"
 }
+disk_count() {  # disk_count HOST FIELD: of the pool's disk tier
+  jget status_json "j['pools'][0]['disk']['$2']" "$1"
+}
+disk_at_least() { [ "$(disk_count "$1" "$2")" -ge "$3" ]; }
+settled() { [ "$(pool_count "$1" active_blocks)" = 0 ] && [ "$(pool_count "$1" mutable_blocks)" = 0 ]; }
 a_pins_nothing() { [ "$(pool_count A active_blocks)" = 0 ]; }
 b_holds_nothing() { [ "$(pool_count B active_blocks)" = 0 ] && [ "$(pool_count B mutable_blocks)" = 0 ]; }
 # Conditions for wait_for, evaluated on each try.
@@ -163,6 +175,49 @@ kill9|sigstop|linkdown)
   wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   wait_for 15 peers_equal B "j['fetches_in_flight']" 0 || fail "B's fetch never ended"
   "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
+  ;;
+disk)
+  start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
+  # evict_to_disk HOST NS SEED: HOST's 8 blocks of SEED are on its disk and no longer in its
+  # host memory (newer blocks took their place). Between steps the host settles: its
+  # disk tier holds each block it writes (a reference) until the write is done.
+  evict_to_disk() {
+    local host=$1 ns=$2 seed=$3 written
+    wait_for 15 settled "$host" || fail "$host does not settle: $(status_json "$host")"
+    written=$(disk_count "$host" blocks_written)
+    worker "$ns" "$host" register --blocks 8 --seed "$seed" >/dev/null
+    wait_for 15 disk_at_least "$host" blocks_written $(( written + 8 )) \
+      || fail "$host's disk tier did not take seed $seed: $(status_json "$host")"
+    wait_for 15 settled "$host" || fail "$host does not settle: $(status_json "$host")"
+    # 36 newer blocks in a host pool of 32 (12 at a time: within a uid's share).
+    for more in 100 200 300; do
+      worker "$ns" "$host" register --blocks 12 --seed $(( seed + more )) >/dev/null
+      wait_for 15 settled "$host" || fail "$host does not settle: $(status_json "$host")"
+    done
+    r=$(worker "$ns" "$host" match --local --blocks 8 --seed "$seed")
+    [ "$(field "$r" got)" = 0 ] || fail "seed $seed still in $host's host memory: $r"
+  }
+  # A serves what its disk holds: B asks, A onboards, B gets A's bytes.
+  evict_to_disk A "$NSA" 21
+  r=$(worker "$NSB" B match --blocks 8 --seed 21 --deadline-ms 5000 --holder "$IPA:$PORT")
+  echo "from A's disk: $r"
+  [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "A's disk: $r"
+  [ "$(disk_count A blocks_onboarded)" -ge 8 ] || fail "A did not onboard: $(status_json A)"
+  # B's own disk first: A holds seed 22 too, but B reads it from its disk, asking no peer.
+  wait_for 15 settled A || fail "A does not settle: $(status_json A)"
+  worker "$NSA" A register --blocks 8 --seed 22 >/dev/null
+  evict_to_disk B "$NSB" 22
+  asked=$(jget peers_json "j['peers']['A']['fetches']" B)
+  onboarded=$(disk_count B blocks_onboarded)
+  r=$(worker "$NSB" B match --blocks 8 --seed 22 --deadline-ms 5000 --holder "$IPA:$PORT")
+  echo "from B's own disk: $r"
+  [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "B's disk: $r"
+  [ "$(jget peers_json "j['peers']['A']['fetches']" B)" = "$asked" ] || fail "B asked A for seed 22"
+  [ "$(disk_count B blocks_onboarded)" -ge $(( onboarded + 8 )) ] \
+    || fail "B did not onboard: $(status_json B)"
+  wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
+  wait_for 15 peers_equal A "j['blocks_pinned_for_peers']" 0 || fail "A's kvpool-peer pins"
+  wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   ;;
 discovery)
   command -v nats-server >/dev/null || { echo "SKIP: no nats-server"; exit 77; }

@@ -3,7 +3,7 @@
 //
 //   peer_worker register --runtime-dir D --pool P --blocks N --seed S
 //   peer_worker match    --runtime-dir D --pool P --blocks N --seed S --deadline-ms T
-//                        [--holder host:port] [--async] [--repeat R]
+//                        [--holder host:port] [--async] [--repeat R] [--local]
 // match prints one JSON line: {"asked":N,"got":K,"elapsed_ms":..,"bytes_ok":true}; exit 0
 // when every block it got holds the bytes A registered (1: a wrong byte, 2: an error).
 #include <CLI/CLI.hpp>
@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   match->add_option("--holder", holder);
   match->add_option("--repeat", repeat, "match this many times (the first may fetch)");
   match->add_flag("--async", async);
+  bool local_only = false;
+  match->add_flag("--local", local_only, "a plain match of this host's memory (no disk, no peer)");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
 
@@ -134,8 +136,9 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (uint32_t r = 0; r < repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto got = async ? pool->match_sequence_hashes_async(hashes, po).get()
-                     : pool->match_sequence_hashes(hashes, po);
+    auto got = local_only ? pool->match_sequence_hashes(hashes)
+               : async    ? pool->match_sequence_hashes_async(hashes, po).get()
+                          : pool->match_sequence_hashes(hashes, po);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!got) {

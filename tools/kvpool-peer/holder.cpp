@@ -1,5 +1,6 @@
 // The holder's side of a fetch: pin, send, unpin (service.hpp).
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -43,25 +44,93 @@ void Service::on_fetch(Conn& c, const FetchRequest& rq, const uint64_t* hashes) 
     return reply_fetch(
         c, rq.id, ErrorCode::kVersionMismatch,
         "pool '" + pool_name + "' has another layout or hash scheme on " + options_.name);
-  if (serves_.size() >= options_.max_serves)
+  if (serves_.size() + onboards_.size() >= options_.max_serves)
     return reply_fetch(c, rq.id, ErrorCode::kResourceExhausted,
-                       std::to_string(serves_.size()) + " transfers in flight on " + options_.name);
+                       std::to_string(serves_.size() + onboards_.size()) +
+                           " transfers in flight on " + options_.name);
   const uint32_t deadline_ms = std::min(rq.deadline_ms, options_.max_deadline_ms);
-  // The pins: one match reference per block, this transfer's only.
+  const uint64_t deadline_ns = mono_ns() + uint64_t{deadline_ms} * 1'000'000ull;
+  const auto pool = static_cast<uint32_t>(lp - pools_.begin());
+  // The pins: one match reference per block, this transfer's only. Host memory first, here
+  // (a round trip to kvpoold, microseconds).
   auto pins = lp->pool->match_sequence_hashes({hashes, rq.count});
   if (!pins) return reply_fetch(c, rq.id, pins.status().code(), pins.status().message());
+  if (pins->size() == rq.count) return begin_serve(c, rq, pool, std::move(*pins), deadline_ns);
+  // Host memory ends the prefix early: the rest may be on the pool's disk tier. The onboard
+  // match takes the host part again with the rest, so these pins go.
+  pins->clear();
+  start_onboard(c, rq, pool, std::vector<uint64_t>(hashes, hashes + rq.count), deadline_ns);
+}
+
+// The onboard match waits for the disk (kvpoold reads the slots into host blocks and
+// verifies them): a thread of its own waits, so this thread goes on moving other transfers.
+// A pool without a disk tier answers it as a plain match.
+void Service::start_onboard(Conn& c, const FetchRequest& rq, uint32_t pool,
+                            std::vector<uint64_t> hashes, uint64_t deadline_ns) {
+  auto ob = std::make_unique<Onboard>();
+  ob->conn_id = c.id;
+  ob->request = rq;
+  ob->pool = pool;
+  ob->deadline_ns = deadline_ns;
+  std::promise<Result<std::vector<ImmutableBlock>>> done;
+  ob->pins = done.get_future();
+  ob->thread = std::thread([p = *pools_[pool].pool, h = std::move(hashes), done = std::move(done),
+                            fd = onboard_fd_.get()]() mutable {
+    MatchOptions mo;
+    mo.onboard = true;
+    done.set_value(p.match_sequence_hashes(h, mo));
+    // After the value: on_onboarded, woken by this, finds the future ready.
+    const uint64_t one = 1;
+    (void)!::write(fd, &one, sizeof(one));  // onboard_fd_ outlives every onboard (~Service)
+  });
+  onboards_[next_id_++] = std::move(ob);
+}
+
+// Some onboard thread finished: serve what each finished one pinned, if its fetcher is
+// still there and waiting.
+void Service::on_onboarded() {
+  uint64_t n = 0;
+  (void)!::read(onboard_fd_.get(), &n, sizeof(n));
+  const uint64_t now = mono_ns();
+  for (auto it = onboards_.begin(); it != onboards_.end();) {
+    Onboard& ob = *it->second;
+    if (ob.pins.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    auto pins = ob.pins.get();
+    const FetchRequest rq = ob.request;
+    const uint32_t pool = ob.pool;
+    const uint64_t deadline_ns = ob.deadline_ns;
+    auto c = conns_.find(ob.conn_id);
+    it = onboards_.erase(it);
+    // Gone, or past the fetch's deadline (the fetcher no longer takes blocks): the pins go.
+    if (c == conns_.end() || c->second->state != Conn::State::kReady || now >= deadline_ns) {
+      if (c != conns_.end() && now >= deadline_ns) ++metrics_.of(c->second->key()).serve_timeouts;
+      continue;
+    }
+    if (!pins) {
+      reply_fetch(*c->second, rq.id, pins.status().code(), pins.status().message());
+      continue;
+    }
+    begin_serve(*c->second, rq, pool, std::move(*pins), deadline_ns);
+  }
+}
+
+void Service::begin_serve(Conn& c, const FetchRequest& rq, uint32_t pool,
+                          std::vector<ImmutableBlock> pins, uint64_t deadline_ns) {
   auto serve = std::make_unique<Serve>();
   serve->id = next_id_++;
   serve->conn_id = c.id;
   serve->peer = c.key();
-  serve->deadline_ns = mono_ns() + uint64_t{deadline_ms} * 1'000'000ull;
-  serve->pins = std::move(*pins);
-  serve->bytes = lp->layout->block_bytes();
+  serve->deadline_ns = deadline_ns;
+  serve->pins = std::move(pins);
+  serve->bytes = pools_[pool].layout->block_bytes();
   const auto n = static_cast<uint32_t>(serve->pins.size());
   serve->headers.resize(n);
   reply_fetch(c, rq.id, ErrorCode::kOk, "", n, serve->bytes);
   ++metrics_.of(c.key()).serves;
-  serve->pool = static_cast<uint32_t>(lp - pools_.begin());
+  serve->pool = pool;
   serve->request_id = rq.id;
   Serve& s = *serve;
   serves_[s.id] = std::move(serve);

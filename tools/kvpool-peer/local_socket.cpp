@@ -128,6 +128,7 @@ std::string Service::status_json() const {
                         {"serves_in_flight", serves_.size()},
                         {"blocks_pinned_for_peers", pinned},
                         {"serves", serves},
+                        {"serves_waiting_for_disk", onboards_.size()},
                         {"fetches_in_flight", fetches_.size()},
                         {"fetches", fetches},
                         {"peers", peers}};

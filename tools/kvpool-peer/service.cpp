@@ -22,6 +22,7 @@ constexpr uint64_t kTagStop = 1;
 constexpr uint64_t kTagWorker = 2;
 constexpr uint64_t kTagLocal = 3;
 constexpr uint64_t kTagWaiter = 4;  // | fd << 8
+constexpr uint64_t kTagOnboard = 5;
 // ucp_worker_progress calls between two looks at deadlines and our own descriptors.
 constexpr int kProgressBurst = 64;
 
@@ -62,6 +63,7 @@ Service::~Service() {
     }
   fetches_.clear();
   serves_.clear();
+  onboards_.clear();  // waits for their threads (which use client_ and onboard_fd_)
   if (listener_) ucp_listener_destroy(listener_);
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
@@ -84,7 +86,8 @@ Status Service::init() {
   KVPOOL_RETURN_IF_ERROR(init_ucx());
   epoll_fd_ = shm::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   stop_fd_ = shm::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!epoll_fd_ || !stop_fd_) return io_error("epoll/eventfd", errno);
+  onboard_fd_ = shm::UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_fd_ || !stop_fd_ || !onboard_fd_) return io_error("epoll/eventfd", errno);
   int efd = -1;
   if (ucs_status_t st = ucp_worker_get_efd(worker_, &efd); st != UCS_OK)
     return Status(ErrorCode::kInternal,
@@ -107,7 +110,7 @@ Status Service::init() {
     return ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
   };
   if (add(stop_fd_.get(), kTagStop) != 0 || add(efd, kTagWorker) != 0 ||
-      add(local_fd_.get(), kTagLocal) != 0)
+      add(local_fd_.get(), kTagLocal) != 0 || add(onboard_fd_.get(), kTagOnboard) != 0)
     return io_error("epoll_ctl", errno);
   return Status::ok();
 }
@@ -246,6 +249,9 @@ void Service::wait_fds(int timeout_ms) {
         break;
       case kTagWaiter:
         on_waiter_readable(static_cast<int>(tag >> 8));
+        break;
+      case kTagOnboard:
+        on_onboarded();
         break;
     }
   }

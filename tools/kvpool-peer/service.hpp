@@ -5,7 +5,9 @@
 // Holder: serves pools named in `exports` to peers that proved the cluster key. A fetch
 // pins the blocks (one match reference each) for that transfer only: the pins go when the
 // last block's send completes, or at the fetch's deadline (the endpoint is closed first, so
-// UCX no longer reads them). If this process dies, kvpoold reclaims its references.
+// UCX no longer reads them). If this process dies, kvpoold reclaims its references. Blocks
+// that host memory lacks are looked for on the pool's disk tier (an onboard match, which
+// waits for the disk: on a thread of its own, so this thread never does).
 //
 // Fetcher: allocates the blocks first, asks the holder, receives each block's bytes straight
 // into its block, checks sequence hash, epoch and checksum, registers the intact prefix
@@ -18,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -79,8 +82,9 @@ class Service {
   struct Conn;
   struct Fetch;
   struct Serve;
-  struct Waiter;  // a worker's connection on the local socket
-  struct Event;   // what a UCX callback saw, handled after progress returns
+  struct Onboard;  // a fetch whose pins wait for the disk tier
+  struct Waiter;   // a worker's connection on the local socket
+  struct Event;    // what a UCX callback saw, handled after progress returns
 
  private:
   Service(PeerOptions o, ClusterKey k);
@@ -110,6 +114,11 @@ class Service {
 
   // ---- holder (holder.cpp) ----
   void on_fetch(Conn& c, const FetchRequest& rq, const uint64_t* hashes);
+  void start_onboard(Conn& c, const FetchRequest& rq, uint32_t pool, std::vector<uint64_t> hashes,
+                     uint64_t deadline_ns);
+  void on_onboarded();
+  void begin_serve(Conn& c, const FetchRequest& rq, uint32_t pool, std::vector<ImmutableBlock> pins,
+                   uint64_t deadline_ns);
   void reply_fetch(Conn& c, uint64_t id, ErrorCode code, const std::string& why, uint32_t count = 0,
                    uint64_t block_bytes = 0);
   void serve_done(uint64_t serve_id);
@@ -158,6 +167,7 @@ class Service {
   shm::UniqueFd epoll_fd_;
   shm::UniqueFd stop_fd_;
   shm::UniqueFd local_fd_;
+  shm::UniqueFd onboard_fd_;  // eventfd: an onboard thread finished
   std::string local_path_;
   bool stopping_ = false;
 
@@ -167,6 +177,7 @@ class Service {
   std::map<std::string, uint64_t> conn_by_address_;  // outbound, while usable
   std::map<uint64_t, std::unique_ptr<Fetch>> fetches_;
   std::map<uint64_t, std::unique_ptr<Serve>> serves_;
+  std::map<uint64_t, std::unique_ptr<Onboard>> onboards_;
   std::map<int, std::unique_ptr<Waiter>> waiters_;
   std::vector<Event> events_;
   AmArg am_args_[kAmCount] = {};

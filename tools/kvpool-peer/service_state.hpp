@@ -3,6 +3,7 @@
 
 #include <time.h>
 
+#include <thread>
 #include <vector>
 
 #include "service.hpp"
@@ -66,6 +67,21 @@ struct Service::Serve {
   uint64_t deadline_ns = 0;
   uint64_t bytes = 0;  // per block
   bool cut = false;    // its endpoint was closed at the deadline
+};
+
+// A fetch whose blocks host memory lacked: its onboard match (disk tier) runs on a thread
+// of its own, which sets `pins` and then posts onboard_fd_; the serve starts then
+// (on_onboarded). Destroying the record waits for the thread.
+struct Service::Onboard {
+  uint64_t conn_id = 0;
+  FetchRequest request{};
+  uint32_t pool = 0;
+  uint64_t deadline_ns = 0;
+  std::future<Result<std::vector<ImmutableBlock>>> pins;
+  std::thread thread;
+  ~Onboard() {
+    if (thread.joinable()) thread.join();
+  }
 };
 
 struct Service::Waiter {
