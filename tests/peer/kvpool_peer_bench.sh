@@ -22,7 +22,8 @@ echo "link: veth pair between two network namespaces, UCX_TLS=$UCX_TLS, $(nproc)
 
 ip netns exec "$NSA" iperf3 -s -B "$IPA" -p 5201 -1 > "$WORK/iperf-s.log" 2>&1 &
 PIDS+=($!)
-wait_for 10 grep -q "Server listening" "$WORK/iperf-s.log"
+# (its log is block-buffered in a file: wait for the socket, not the line)
+wait_for 10 listening "$NSA" 5201 || fail "iperf3 server did not start"
 gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | "$PY" -c \
   "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))")
 echo "iperf3 TCP B<-A: $gbps GB/s"

@@ -156,6 +156,11 @@ Status Service::init_ucx() {
   // UCX's default is to refuse the bind; an operator's own UCX_CM_REUSEADDR still wins.
   // Set before any other thread exists (Discovery starts after the service).
   ::setenv("UCX_CM_REUSEADDR", "y", /*overwrite=*/0);
+  // UCX 1.13's TCP PUT zcopy (the rendezvous it picks over TCP) aborted a holder with an
+  // assertion (tcp_ep.c:939, PUT_TX_WAITING_ACK) that resumed from SIGSTOP after its fetcher
+  // had closed the endpoint (1 of ~18 runs of peer_netns_sigstop). Without it, large blocks
+  // go by active-message rendezvous; kvpool_peer_bench measured no loss (docs/peers.md).
+  ::setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status(ErrorCode::kConfigError,
