@@ -13,6 +13,7 @@
 // Starts its own kvpoold (a temp runtime dir; KVPOOLD overrides the binary) and stops it.
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +224,18 @@ struct RunSpec {
 struct RunResult {
   double ops_per_s = 0;  // aggregate of the flat-out clients
   double victim_p50 = 0, victim_p99 = 0;
+  // Where the time went (the evidence for issue 32): kvpoold's CPU as a share of one core
+  // and its engine thread's voluntary (parks) and involuntary (preempted) context switches
+  // per 1000 calls; the flat-out clients' CPU (all their threads) and context switches per
+  // call.
+  double daemon_cpu = 0, daemon_vcs_per_k = 0, daemon_ivcs_per_k = 0;
+  double client_cpu_us = 0, client_vcs = 0, client_ivcs = 0;
+};
+
+// A process's (or thread's) CPU and context switches, from /proc.
+struct ProcSample {
+  uint64_t cpu_ticks = 0;
+  uint64_t vcs = 0, ivcs = 0;
 };
 
 std::vector<int> allowed_cpus() {
@@ -256,6 +269,45 @@ void engine_step(Pool& pool, std::span<const uint64_t> q, std::mt19937_64& rng) 
   auto imm = pool.register_blocks(std::move(*fresh));
 }
 
+// utime + stime of every thread of `pid`, in clock ticks (/proc/<pid>/stat fields 14, 15).
+uint64_t cpu_ticks(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the name may hold spaces
+  if (!p) return 0;
+  unsigned long utime = 0, stime = 0;
+  // Fields after the name: state (3) ... utime (14), stime (15).
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) !=
+      2)
+    return 0;
+  return utime + stime;
+}
+
+ProcSample proc_sample(pid_t pid) {
+  ProcSample p;
+  p.cpu_ticks = cpu_ticks(pid);
+  // The engine is kvpoold's main thread: its own status, not the process's.
+  const std::string path = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/status";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return p;
+  char line[256];
+  while (std::fgets(line, sizeof(line), f)) {
+    unsigned long v = 0;
+    if (std::sscanf(line, "voluntary_ctxt_switches: %lu", &v) == 1) p.vcs = v;
+    if (std::sscanf(line, "nonvoluntary_ctxt_switches: %lu", &v) == 1) p.ivcs = v;
+  }
+  std::fclose(f);
+  return p;
+}
+
+// What a client process reports: calls, victim p50 and p99 (0 for the others), its CPU (us)
+// and its voluntary and involuntary context switches over the run.
+constexpr int kClientMsg = 6;
+
 // The body of one client process: connect, say ready, wait for the deadline, run.
 // Writes its count (and, for the victim, its p50 and p99) to `out`.
 [[noreturn]] void client_main(const testsupport::DaemonProcess& d,
@@ -276,6 +328,8 @@ void engine_step(Pool& pool, std::span<const uint64_t> q, std::mt19937_64& rng) 
   std::mt19937_64 rng(static_cast<uint64_t>(index) * 7919 + 1);
   uint64_t ops = 0;
   std::vector<double> lat;
+  rusage ru0{};
+  getrusage(RUSAGE_SELF, &ru0);
   while (pool && Clock::now() < deadline) {
     const size_t start = rng() % (hashes.size() - kBatch);
     const std::span<const uint64_t> q(hashes.data() + start, kBatch);
@@ -291,7 +345,16 @@ void engine_step(Pool& pool, std::span<const uint64_t> q, std::mt19937_64& rng) 
     }
     ++ops;
   }
-  double msg[3] = {static_cast<double>(ops), median(lat), pct(lat, 0.99)};
+  rusage ru1{};
+  getrusage(RUSAGE_SELF, &ru1);
+  auto us = [](const timeval& t) { return 1e6 * static_cast<double>(t.tv_sec) + t.tv_usec; };
+  const double cpu_us = us(ru1.ru_utime) - us(ru0.ru_utime) + us(ru1.ru_stime) - us(ru0.ru_stime);
+  double msg[kClientMsg] = {static_cast<double>(ops),
+                            median(lat),
+                            pct(lat, 0.99),
+                            cpu_us,
+                            static_cast<double>(ru1.ru_nvcsw - ru0.ru_nvcsw),
+                            static_cast<double>(ru1.ru_nivcsw - ru0.ru_nivcsw)};
   w = write(out_fd, msg, sizeof(msg));
   (void)w;
   pool.reset();
@@ -326,21 +389,42 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           (Clock::now() + std::chrono::duration<double>(spec.seconds)).time_since_epoch())
           .count();
+  const ProcSample d0 = proc_sample(d.pid());
   for (int c = 0; c < total; ++c) {
     ssize_t w = write(go[1], &deadline, sizeof(deadline));
     (void)w;
   }
   RunResult r;
   uint64_t sum = 0;
+  double cpu_us = 0, vcs = 0, ivcs = 0;
   for (int c = 0; c < total; ++c) {
-    double msg[3];
+    double msg[kClientMsg];
     if (read(out[0], msg, sizeof(msg)) != sizeof(msg)) continue;
+    if (c == 0) {
+      // The first report comes once the deadline passed: kvpoold's share ends here.
+      const ProcSample d1 = proc_sample(d.pid());
+      const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+      r.daemon_cpu = static_cast<double>(d1.cpu_ticks - d0.cpu_ticks) * tick_s / spec.seconds;
+      r.daemon_vcs_per_k = static_cast<double>(d1.vcs - d0.vcs);
+      r.daemon_ivcs_per_k = static_cast<double>(d1.ivcs - d0.ivcs);
+    }
     if (msg[1] > 0) {  // the victim
       r.victim_p50 = msg[1];
       r.victim_p99 = msg[2];
     } else {
       sum += static_cast<uint64_t>(msg[0]);
+      cpu_us += msg[3];
+      vcs += msg[4];
+      ivcs += msg[5];
     }
+  }
+  if (sum > 0) {
+    const double calls = static_cast<double>(sum);
+    r.daemon_vcs_per_k *= 1000.0 / calls;
+    r.daemon_ivcs_per_k *= 1000.0 / calls;
+    r.client_cpu_us = cpu_us / calls;
+    r.client_vcs = vcs / calls;
+    r.client_ivcs = ivcs / calls;
   }
   for (pid_t p : kids) waitpid(p, nullptr, 0);
   close(ready[0]);
@@ -355,39 +439,40 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
 void scaling_table(const char* title, const testsupport::DaemonProcess& d,
                    const std::vector<uint64_t>& hashes, RunSpec spec,
                    const std::vector<int>& counts, int reps) {
-  std::vector<std::vector<double>> runs(counts.size());
+  std::vector<std::vector<RunResult>> runs(counts.size());
   for (int r = 0; r < reps; ++r)
     for (size_t i = 0; i < counts.size(); ++i) {
       spec.clients = counts[i];
-      runs[i].push_back(run_clients(d, hashes, spec).ops_per_s);
+      runs[i].push_back(run_clients(d, hashes, spec));
     }
   std::printf("\n%s (%d runs of %.1f s each, aggregate per second)\n", title, reps, spec.seconds);
-  std::printf("%8s %12s %12s %12s %8s %10s\n", "clients", "median", "min", "max", "spread", "vs 1");
-  const double one = counts.empty() ? 0 : median(runs[0]);
+  std::printf("%8s %12s %12s %12s %8s %10s | %7s %13s | %8s %11s\n", "clients", "median", "min",
+              "max", "spread", "vs 1", "kvpoold", "cs/1k vol inv", "client", "cs/call v i");
+  auto rates = [&](size_t i) {
+    std::vector<double> v;
+    for (const RunResult& rr : runs[i]) v.push_back(rr.ops_per_s);
+    return v;
+  };
+  auto mean = [&](size_t i, double RunResult::*field) {
+    double sum = 0;
+    for (const RunResult& rr : runs[i]) sum += rr.*field;
+    return runs[i].empty() ? 0 : sum / static_cast<double>(runs[i].size());
+  };
+  const double one = counts.empty() ? 0 : median(rates(0));
   for (size_t i = 0; i < counts.size(); ++i) {
-    const auto [lo, hi] = std::minmax_element(runs[i].begin(), runs[i].end());
-    const double med = median(runs[i]);
-    std::printf("%8d %12.0f %12.0f %12.0f %7.0f%% %9.2fx\n", counts[i], med, *lo, *hi,
-                med > 0 ? 100.0 * (*hi - *lo) / med : 0, one > 0 ? med / one : 0);
+    const std::vector<double> v = rates(i);
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    const double med = median(v);
+    // The diagnostics are means over the runs: kvpoold's CPU (share of one core), its engine
+    // thread's context switches per 1000 calls; the clients' CPU per call (us) and context
+    // switches per call.
+    std::printf("%8d %12.0f %12.0f %12.0f %7.0f%% %9.2fx | %6.0f%% %6.1f %6.1f | %6.1fus %5.2f %5.2f\n",
+                counts[i], med, *lo, *hi, med > 0 ? 100.0 * (*hi - *lo) / med : 0,
+                one > 0 ? med / one : 0, 100.0 * mean(i, &RunResult::daemon_cpu),
+                mean(i, &RunResult::daemon_vcs_per_k), mean(i, &RunResult::daemon_ivcs_per_k),
+                mean(i, &RunResult::client_cpu_us), mean(i, &RunResult::client_vcs),
+                mean(i, &RunResult::client_ivcs));
   }
-}
-
-// utime + stime of every thread of `pid`, in clock ticks (/proc/<pid>/stat fields 14, 15).
-uint64_t cpu_ticks(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return 0;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the name may hold spaces
-  if (!p) return 0;
-  unsigned long utime = 0, stime = 0;
-  // Fields after the name: state (3) ... utime (14), stime (15).
-  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) !=
-      2)
-    return 0;
-  return utime + stime;
 }
 
 // kvpoold and `quiet` attached clients that make no call: their CPU over `seconds`.
