@@ -21,6 +21,7 @@
 #include "kvpool/core/counter.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/core/version.hpp"
+#include "kvpool/shm/cpu_share.hpp"
 #include "kvpool/shm/fields.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/handshake.hpp"
@@ -339,6 +340,8 @@ void Engine::request_stop() {
 
 Status Engine::run(const EngineHooks& hooks) {
   store_segments();  // before any client can change a block
+  // Callers poll for an answer only while the engine and the busy clients fit these.
+  ctl_->stats.engine_cpus.store(shm::allowed_cpu_count(), std::memory_order_relaxed);
   // Everything is valid: say so last (a release store), so readers that see kReady see it all.
   control_.publish_ready();
   spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}, epoch {:016x}",
@@ -356,11 +359,24 @@ Status Engine::run(const EngineHooks& hooks) {
     bool worked = false;
     show_cpu(false);
     checks_left_ = kChecksPerPass;
+    // One pass serves every ring that holds a record and counts the clients in a call: a
+    // request taken within kBusyWindowNs, or an answer they have not read yet (they wait for
+    // a core to read it on). Callers poll for answers only while those and we fit the cores.
+    const uint64_t pass_ns = now_ns(CLOCK_MONOTONIC);
+    uint32_t busy = 0;
     const uint32_t n = static_cast<uint32_t>(sessions_.size());
     for (uint32_t k = 0; k < n; ++k) {
       Session& s = sessions_[(rr_next_ + k) % n];
-      if (s.ready && s.state == SlotState::kAttached) worked |= drain(s, kDrainBudget);
+      if (!s.ready || s.state != SlotState::kAttached) continue;
+      if (drain(s, kDrainBudget)) {
+        worked = true;
+        s.last_request_ns = pass_ns;
+      }
+      if (s.state == SlotState::kAttached &&
+          (pass_ns - s.last_request_ns < shm::kBusyWindowNs || !s.responses->consumer_caught_up()))
+        ++busy;
     }
+    publish_busy(busy);
     rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
     // Write-behind of what those requests registered: holds taken, writes started.
     if (worked)
@@ -378,6 +394,9 @@ Status Engine::run(const EngineHooks& hooks) {
     // client needs; park at once instead. Between passes we pause, never sched_yield: a
     // yield to a CPU-bound neighbour costs its whole time slice (shm::PollPolicy).
     // Nor right after waking a client that sleeps on our own core: it needs the core now.
+    // (Parking at once also while the busy clients outnumber the cores was tried: every
+    // request then paid an eventfd write and an epoll wake-up, 15-18% more of each per call,
+    // for no gain measurable here; docs/performance.md.)
     if (poll_ns > 0 && !woke_local_client_ && gap_avg_ns_ < poll_ns &&
         t - last_request_ns_ < poll_ns) {
       for (int i = 0; i < kPausesPerPass; ++i) shm::cpu_relax();
@@ -388,6 +407,7 @@ Status Engine::run(const EngineHooks& hooks) {
     // stores its tail then reads daemon_sleeping. One of us sees the other's store, so a
     // request is either found here or its client rings our eventfd.
     woke_local_client_ = false;
+    publish_busy(0);  // nobody calls often enough to keep us awake: a caller may poll again
     show_cpu(true);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!any_request_pending()) {
@@ -451,6 +471,14 @@ void Engine::note_request(uint64_t t) {
   const uint64_t gap = std::min<uint64_t>(t - last_request_ns_, 1'000'000'000ull);
   gap_avg_ns_ = gap_avg_ns_ - gap_avg_ns_ / 8 + gap / 8;
   last_request_ns_ = t;
+}
+
+void Engine::publish_busy(uint32_t busy) {
+  if (busy == busy_published_) return;
+  // relaxed: a hint a caller reads before it decides to poll; a stale value costs one
+  // answer a wake-up it could have polled for, or a poll that sleeps after its budget.
+  ctl_->stats.clients_busy.store(busy, std::memory_order_relaxed);
+  busy_published_ = busy;
 }
 
 bool Engine::any_request_pending() {

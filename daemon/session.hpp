@@ -37,6 +37,9 @@ struct Session {
   uint32_t protocol_errors = 0;
   uint64_t rejected_handles = 0;  // refused release handles; too many cut the client off
   bool backpressured = false;     // its response ring was full at the last attempt
+  // CLOCK_MONOTONIC of the pass that last took a request from it: the engine counts it busy
+  // for shm::kBusyWindowNs after (ControlStats::clients_busy).
+  uint64_t last_request_ns = 0;
 };
 
 }  // namespace kvpool::daemon

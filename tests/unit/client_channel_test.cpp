@@ -22,6 +22,7 @@
 
 #include "daemon/client_segment.hpp"
 #include "kvpool/core/clock.hpp"
+#include "kvpool/shm/cpu_share.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 
 namespace kvpool::shm {
@@ -310,6 +311,52 @@ TEST(ClientChannel, AWaitOnADaemonWhoseHeartbeatStoppedReportsItUnresponsive) {
   auto r = ch->wait(*corr, [](uint64_t, Answer&&) {});
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kDaemonUnresponsive);
+}
+
+// Issue 32 (shm/cpu_share.hpp): polling pays only while the engine and the clients in a call
+// fit the engine's CPUs; a daemon that publishes no CPUs (zeros) leaves callers polling.
+TEST(CpuShare, PollingPaysOnlyWhileTheEngineAndTheBusyClientsFitItsCpus) {
+  EXPECT_TRUE(polling_pays(0, 0));  // a daemon before the gauges
+  EXPECT_TRUE(polling_pays(40, 0));
+  EXPECT_TRUE(polling_pays(0, 2));
+  EXPECT_TRUE(polling_pays(1, 2));  // one caller and the engine on two cores
+  EXPECT_FALSE(polling_pays(2, 2));
+  EXPECT_FALSE(polling_pays(16, 2));
+  EXPECT_TRUE(polling_pays(7, 8));
+  EXPECT_FALSE(polling_pays(8, 8));
+  EXPECT_GE(allowed_cpu_count(), 1u);
+}
+
+// While the busy clients outnumber the engine's cores a caller sleeps on its doorbell at
+// once. Its poll budget here is 10 s and kvpoold has already taken its request, so a caller
+// that polled would still be polling when this test stops waiting for it to sleep (5 s).
+TEST(ClientChannel, ACallerSleepsAtOnceWhileTheBusyClientsOutnumberTheEnginesCpus) {
+  FakeDaemon d;
+  d.control.header().stats.engine_cpus.store(2, std::memory_order_relaxed);
+  d.control.header().stats.clients_busy.store(2, std::memory_order_relaxed);
+  ChannelOptions o;
+  o.poll = std::chrono::seconds(10);
+  auto ch = open_channel(d, o);
+  auto corr = ch->send(proto::Opcode::kPing, 0, 0, nullptr, 0, kNothing);
+  ASSERT_TRUE(corr.is_ok());
+  d.take();  // started: only the busy count can stop the caller's poll
+  std::atomic<bool> slept{false};
+  std::thread daemon_side([&] {
+    Doorbell& bell = d.seg.responses->consumer_bell;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until)
+      if (bell.sleeping.load(std::memory_order_acquire) != 0) {
+        slept = true;
+        break;
+      }
+    d.answer(*corr, {{4, 2}});
+  });
+  auto r = ch->wait(*corr, [](uint64_t, Answer&&) {});
+  daemon_side.join();
+  EXPECT_TRUE(slept.load()) << "the caller polled though 2 busy clients fill 2 CPUs";
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->refs.size(), 1u);
+  EXPECT_EQ(r->refs[0], (proto::BlockRef{4, 2}));
 }
 
 // A full request ring waits for room and lets the owner read its answers meanwhile (the

@@ -8,6 +8,7 @@
 #include <future>
 
 #include "kvpool/core/clock.hpp"
+#include "kvpool/shm/cpu_share.hpp"
 #include "kvpool/shm/futex.hpp"
 #include "kvpool/shm/lease_mutex.hpp"
 
@@ -192,6 +193,17 @@ Status ClientChannel::check_heartbeat(const std::string& when) const {
                     std::to_string(unresponsive_ns_ / 1'000'000) + " ms)");
 }
 
+// Whether polling for an answer can pay now. Not when kvpoold last ran on our core (it
+// cannot run while we poll), nor while kvpoold and the clients in a call outnumber its cores
+// (shm/cpu_share.hpp): our poll would hold a core that one of them needs.
+bool ClientChannel::may_poll() const {
+  const ControlHeader& c = control();
+  if ((c.daemon_sleeping.load(std::memory_order_relaxed) >> 1) == cpu_tag()) return false;
+  // relaxed: hints, a moment old; the header always covers them (stats since minor 0).
+  return polling_pays(c.stats.clients_busy.load(std::memory_order_relaxed),
+                      c.stats.engine_cpus.load(std::memory_order_relaxed));
+}
+
 // ---- sending -----------------------------------------------------------------------------
 
 Result<void*> ClientChannel::claim(uint32_t type, uint32_t len,
@@ -265,8 +277,7 @@ Result<Answer> ClientChannel::wait(uint64_t correlation_id,
     // cannot run while we poll: sleep at once.
     auto started = [this] { return requests_.consumer_caught_up(); };
     PollPolicy policy = poll_;
-    if ((control().daemon_sleeping.load(std::memory_order_relaxed) >> 1) == cpu_tag())
-      policy.budget = std::chrono::nanoseconds::zero();
+    if (!may_poll()) policy.budget = std::chrono::nanoseconds::zero();
     if (responses_.wait_for_data(policy, started, kFutexTimeout) == WaitResult::kTimedOut)
       KVPOOL_RETURN_IF_ERROR(check_heartbeat("while waiting for an answer"));
   }

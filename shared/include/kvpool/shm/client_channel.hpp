@@ -132,7 +132,8 @@ class ClientChannel {
   // none. Errors are sticky: a ring or record the daemon corrupted stays refused.
   Result<std::optional<std::pair<uint64_t, Answer>>> read_answer();
   // Reads answers until the one to `correlation_id`, handing every other to `other`.
-  // Polls briefly (not at all when kvpoold last ran on our core), then sleeps on the
+  // Polls briefly (not at all when kvpoold last ran on our core, or while it and the clients
+  // in a call outnumber its cores: shm/cpu_share.hpp), then sleeps on the
   // response doorbell; ends with the gone status once the daemon is gone, or
   // kDaemonUnresponsive once it stopped running (ChannelOptions::unresponsive_after).
   Result<Answer> wait(uint64_t correlation_id,
@@ -143,6 +144,7 @@ class ClientChannel {
   void lease_main(LeaseWork* work);
   void mark_gone();
   Status check_heartbeat(const std::string& when) const;
+  bool may_poll() const;
 
   UniqueFd sock_;
   UniqueFd bell_;  // eventfd: wakes a parked daemon

@@ -75,7 +75,14 @@ struct ControlStats {
   // reads the times of that reclaim or a later one.
   std::atomic<uint64_t> last_reclaim_noticed_ns;
   std::atomic<uint64_t> last_reclaim_done_ns;
-  std::atomic<uint64_t> reserved[5];
+  // Gauges for the callers' wait policy (shm/cpu_share.hpp; zero from daemons before them,
+  // whose reserved bytes these were, which callers read as "unknown"). engine_cpus: the
+  // CPUs kvpoold's engine may run on, stored once before kReady. clients_busy: clients in a
+  // call right now as the engine saw them on its last pass (a request taken within the last
+  // kBusyWindowNs, or an answer not read yet); relaxed, stored when it changes.
+  std::atomic<uint64_t> engine_cpus;
+  std::atomic<uint64_t> clients_busy;
+  std::atomic<uint64_t> reserved[3];
 };
 static_assert(sizeof(ControlStats) == 128);
 
