@@ -291,7 +291,8 @@ ProcSample proc_sample(pid_t pid) {
   ProcSample p;
   p.cpu_ticks = cpu_ticks(pid);
   // The engine is kvpoold's main thread: its own status, not the process's.
-  const std::string path = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/status";
+  const std::string path =
+      "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/status";
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (!f) return p;
   char line[256];
@@ -466,12 +467,12 @@ void scaling_table(const char* title, const testsupport::DaemonProcess& d,
     // The diagnostics are means over the runs: kvpoold's CPU (share of one core), its engine
     // thread's context switches per 1000 calls; the clients' CPU per call (us) and context
     // switches per call.
-    std::printf("%8d %12.0f %12.0f %12.0f %7.0f%% %9.2fx | %6.0f%% %6.1f %6.1f | %6.1fus %5.2f %5.2f\n",
-                counts[i], med, *lo, *hi, med > 0 ? 100.0 * (*hi - *lo) / med : 0,
-                one > 0 ? med / one : 0, 100.0 * mean(i, &RunResult::daemon_cpu),
-                mean(i, &RunResult::daemon_vcs_per_k), mean(i, &RunResult::daemon_ivcs_per_k),
-                mean(i, &RunResult::client_cpu_us), mean(i, &RunResult::client_vcs),
-                mean(i, &RunResult::client_ivcs));
+    std::printf(
+        "%8d %12.0f %12.0f %12.0f %7.0f%% %9.2fx | %6.0f%% %6.1f %6.1f | %6.1fus %5.2f %5.2f\n",
+        counts[i], med, *lo, *hi, med > 0 ? 100.0 * (*hi - *lo) / med : 0, one > 0 ? med / one : 0,
+        100.0 * mean(i, &RunResult::daemon_cpu), mean(i, &RunResult::daemon_vcs_per_k),
+        mean(i, &RunResult::daemon_ivcs_per_k), mean(i, &RunResult::client_cpu_us),
+        mean(i, &RunResult::client_vcs), mean(i, &RunResult::client_ivcs));
   }
 }
 
