@@ -4,10 +4,10 @@
 //
 // Polling pays only while a core is free for it. kvpoold's engine needs one core, and every
 // client in a call needs one to read its answer and send the next request. With more of
-// them than cores, a caller that polls holds a core the engine or a woken client needs
-// (measured on 2 cores: the engine preempted on two calls in three, clients burning 20-45 us
-// of CPU per call), so it sleeps on its doorbell at once and the engine's futex wake hands
-// it the answer.
+// them than cores, a caller that polls holds a core the engine or a woken client needs (on
+// the 2-core development VM the engine was preempted on about half of all calls once two or
+// more clients called flat out), so it sleeps on its doorbell at once and the engine's
+// futex wake hands it the answer.
 #pragma once
 
 #include <cstdint>
