@@ -27,6 +27,7 @@ Dispatcher::Dispatcher(std::vector<pool::PoolCore*> cores, uint32_t max_answer_p
   // A record is no larger than an answer's ring, so these cover any valid batch.
   items_.reserve(max_answer_payload / sizeof(pool::RegisterItem));
   hashes_.reserve(max_answer_payload / sizeof(uint64_t));
+  key_ends_.reserve(refs_limit_);  // one per block of a batch, which refs_limit_ bounds
   refs_.reserve(max_answer_payload / sizeof(pool::BlockRef));
 }
 
@@ -226,7 +227,7 @@ Status Dispatcher::run(const Caller& caller, const Request& req, std::span<std::
       st = reclaim(caller, req, refs_out, count_out);
       break;
     case proto::Opcode::kRegisterTokens:
-      st = register_tokens(owner, req, refs_out);
+      st = register_extras(owner, req, refs_out);
       if (st.is_ok()) *count_out = rq.count;
       break;
     case proto::Opcode::kPing:
@@ -250,41 +251,81 @@ uint32_t Dispatcher::write_answer(uint64_t correlation_id, const Status& st, uin
   return used + rh.message_len;
 }
 
-Status Dispatcher::register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out) {
-  const pool::PoolCore& core = *cores_[r.rq.pool];
-  if (r.rq.pool >= page_sizes_.size() || page_sizes_[r.rq.pool] == 0)
-    return Status(ErrorCode::kUnsupported,
-                  "pool '" + core.name() + "' does not take token ids with a register");
-  proto::RegisterTokensHeader h{};
+Status Dispatcher::register_extras(uint32_t owner, const Request& r, pool::BlockRef* out) {
+  proto::RegisterExtrasHeader h{};
   if (r.item_bytes < sizeof(h))
     return Status(ErrorCode::kProtocolError,
                   "register-with-tokens payload of " + std::to_string(r.item_bytes) +
                       " bytes is shorter than its " + std::to_string(sizeof(h)) + "-byte header");
   std::memcpy(&h, r.items, sizeof(h));
-  const uint32_t page = page_sizes_[r.rq.pool];
-  if (h.reserved != 0)
-    return Status(ErrorCode::kProtocolError, "register-with-tokens header: reserved is " +
-                                                 std::to_string(h.reserved) + ", must be 0");
-  if (h.tokens_per_block != page)
-    return Status(ErrorCode::kInvalidArgument,
-                  "register with " + std::to_string(h.tokens_per_block) +
-                      " token ids per block: pool '" + core.name() + "' has " +
-                      std::to_string(page) + " tokens per block (page_size)");
+  const uint32_t count = r.rq.count;
+  const uint32_t per = h.tokens_per_block;
+  if (per != 0) KVPOOL_RETURN_IF_ERROR(check_tokens_per_block(r.rq.pool, per));
+  // Bounded before the size sum below, which must not overflow.
+  if (h.key_bytes > uint64_t{count} * proto::kMaxRegisterKeyBytes)
+    return Status(ErrorCode::kInvalidArgument, "register of " + std::to_string(count) +
+                                                   " blocks with " + std::to_string(h.key_bytes) +
+                                                   " key bytes: a block's key has at most " +
+                                                   std::to_string(proto::kMaxRegisterKeyBytes));
+  const uint64_t want = proto::register_extras_bytes(count, per, h.key_bytes);
+  if (r.item_bytes != want)
+    return Status(
+        ErrorCode::kProtocolError,
+        "register-with-tokens payload of " + std::to_string(r.item_bytes) +
+            " bytes does not hold " + std::to_string(count) + " blocks of " + std::to_string(per) +
+            " token ids" +
+            (h.key_bytes == 0 ? std::string()
+                              : " and keys of " + std::to_string(h.key_bytes) + " bytes") +
+            " (" + std::to_string(want) + " bytes)");
+  const std::byte* items = r.items + sizeof(h);
+  const std::byte* tokens = items + uint64_t{count} * sizeof(pool::RegisterItem);
+  pool::RegisterExtras with{items_as(tokens, count * per, tokens_), per, {}, {}};
+  if (h.key_bytes != 0) {
+    const std::byte* lengths = tokens + uint64_t{count} * per * sizeof(uint32_t);
+    KVPOOL_RETURN_IF_ERROR(key_ends(items_as(lengths, count, key_lengths_), h.key_bytes));
+    with.keys = {lengths + uint64_t{count} * sizeof(uint32_t), h.key_bytes};
+    with.key_ends = key_ends_;
+  }
+  return cores_[r.rq.pool]->register_blocks(owner, items_as(items, count, items_), out, with);
+}
+
+Status Dispatcher::check_tokens_per_block(uint32_t pool, uint32_t per) const {
+  const pool::PoolCore& core = *cores_[pool];
+  if (pool >= page_sizes_.size() || page_sizes_[pool] == 0)
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + core.name() + "' does not take token ids with a register");
+  const uint32_t page = page_sizes_[pool];
+  if (per != page)
+    return Status(ErrorCode::kInvalidArgument, "register with " + std::to_string(per) +
+                                                   " token ids per block: pool '" + core.name() +
+                                                   "' has " + std::to_string(page) +
+                                                   " tokens per block (page_size)");
   if (page > proto::kMaxRegisterTokens)
     return Status(ErrorCode::kUnsupported,
                   "pool '" + core.name() + "' has " + std::to_string(page) +
                       " tokens per block: events carry token ids of blocks of at most " +
                       std::to_string(proto::kMaxRegisterTokens));
-  const uint64_t want = proto::register_tokens_bytes(r.rq.count, page);
-  if (r.item_bytes != want)
-    return Status(ErrorCode::kProtocolError,
-                  "register-with-tokens payload of " + std::to_string(r.item_bytes) +
-                      " bytes does not hold " + std::to_string(r.rq.count) + " blocks of " +
-                      std::to_string(page) + " token ids (" + std::to_string(want) + " bytes)");
-  const std::byte* items = r.items + sizeof(h);
-  const std::byte* tokens = items + uint64_t{r.rq.count} * sizeof(pool::RegisterItem);
-  const pool::RegisterTokens with{items_as(tokens, r.rq.count * page, tokens_), page};
-  return cores_[r.rq.pool]->register_blocks(owner, items_as(items, r.rq.count, items_), out, with);
+  return Status::ok();
+}
+
+// Each key's end in the key bytes (key_ends_), from the lengths the client sent: each at
+// most kMaxRegisterKeyBytes, and all of them `total`.
+Status Dispatcher::key_ends(std::span<const uint32_t> lengths, uint64_t total) {
+  key_ends_.clear();
+  uint64_t end = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] > proto::kMaxRegisterKeyBytes)
+      return Status(ErrorCode::kInvalidArgument,
+                    "the key of block " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                        " bytes: at most " + std::to_string(proto::kMaxRegisterKeyBytes));
+    end += lengths[i];
+    key_ends_.push_back(end);
+  }
+  if (end != total)
+    return Status(ErrorCode::kProtocolError, "register key lengths add up to " +
+                                                 std::to_string(end) + " bytes, its header says " +
+                                                 std::to_string(total));
+  return Status::ok();
 }
 
 Status Dispatcher::check_checker(uint32_t pool) const {

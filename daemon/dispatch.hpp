@@ -39,7 +39,7 @@ class Dispatcher {
   // bytes the daemon cannot read, answers kUnsupported). Without this, every pool is so.
   void set_checkers(std::vector<BlockChecker> checkers) { checkers_ = std::move(checkers); }
   // What kRegisterTokens checks its token counts against: page_sizes[i] is pool i's tokens
-  // per block. Without this, every pool refuses kRegisterTokens (kUnsupported).
+  // per block. Without this, every pool refuses token ids with a register (kUnsupported).
   void set_page_sizes(std::vector<uint32_t> page_sizes) { page_sizes_ = std::move(page_sizes); }
 
   // kReclaim (a client of the previous daemon, reattached): the previous daemon's clients
@@ -117,8 +117,11 @@ class Dispatcher {
   Status scrub(const Request& r, std::byte* words, uint32_t* count_out);
   Status reclaim(const Caller& caller, const Request& r, pool::BlockRef* lost, uint32_t* count_out);
   Status check_checker(uint32_t pool) const;
-  // kRegisterTokens: validates the header and sizes, then registers with the tokens.
-  Status register_tokens(uint32_t owner, const Request& r, pool::BlockRef* out);
+  // kRegisterTokens: validates the header and sizes, then registers with the token ids
+  // and keys (each bounded, their sizes adding up exactly to the payload's).
+  Status register_extras(uint32_t owner, const Request& r, pool::BlockRef* out);
+  Status check_tokens_per_block(uint32_t pool, uint32_t per) const;
+  Status key_ends(std::span<const uint32_t> lengths, uint64_t total);
 
   std::vector<pool::PoolCore*> cores_;
   std::vector<BlockChecker> checkers_;
@@ -132,7 +135,9 @@ class Dispatcher {
   std::vector<proto::ReclaimItem> reclaim_items_;
   PreviousClients* previous_ = nullptr;
   AdmitFn admit_;
-  std::vector<uint32_t> tokens_;  // only for misaligned records
+  std::vector<uint32_t> tokens_;       // only for misaligned records
+  std::vector<uint32_t> key_lengths_;  // only for misaligned records
+  std::vector<uint64_t> key_ends_;     // a register's keys: where each ends
 };
 
 }  // namespace kvpool::daemon

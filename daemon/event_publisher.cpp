@@ -44,10 +44,14 @@ void EventPublisher::stored(uint32_t pool, std::span<const pool::StoredBlock> bl
   const uint64_t t = now_ns(CLOCK_REALTIME);
   scratch_.clear();
   tokens_.clear();
+  keys_.clear();
   bool any_tokens = false;
+  bool any_keys = false;
   for (const pool::StoredBlock& b : blocks) {
-    any_tokens = any_tokens || !b.tokens.empty();
-    tokens_.push_back(b.tokens);
+    any_tokens = any_tokens || !b.extras.tokens.empty();
+    any_keys = any_keys || !b.extras.key.empty();
+    tokens_.push_back(b.extras.tokens);
+    keys_.push_back(b.extras.key);
     shm::EventPayload p = payload(shm::EventType::kStored, pool, t);
     p.sequence_hash = b.sequence_hash;
     p.block_hash = b.block_hash;
@@ -56,9 +60,12 @@ void EventPublisher::stored(uint32_t pool, std::span<const pool::StoredBlock> bl
     p.flags = static_cast<uint8_t>((b.has_parent ? shm::kEventHasParent : 0) | tier_flag);
     scratch_.push_back(p);
   }
-  // Without tokens the append is the same as before tokens existed: the area stays untouched.
-  writers_[pool].append(scratch_, any_tokens ? std::span<const std::span<const uint32_t>>(tokens_)
-                                             : std::span<const std::span<const uint32_t>>());
+  // Without tokens or keys the append is the same as before they existed: the area stays
+  // untouched.
+  using Tokens = std::span<const std::span<const uint32_t>>;
+  using Keys = std::span<const std::span<const std::byte>>;
+  writers_[pool].append(scratch_, any_tokens ? Tokens(tokens_) : Tokens(),
+                        any_keys ? Keys(keys_) : Keys());
 }
 
 void EventPublisher::removed(uint32_t pool, uint64_t sequence_hash, uint8_t tier_flag) {

@@ -34,6 +34,7 @@ class EventPublisher final : public pool::EventSink, public disk::DiskEventSink 
   std::vector<shm::EventRingWriter> writers_;
   std::vector<shm::EventPayload> scratch_;         // grows to the largest batch, then reused
   std::vector<std::span<const uint32_t>> tokens_;  // the batch's token ids, per record
+  std::vector<std::span<const std::byte>> keys_;   // the batch's keys, per record
 };
 
 }  // namespace kvpool::daemon

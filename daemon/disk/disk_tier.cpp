@@ -217,7 +217,7 @@ void DiskTier::on_stored(std::span<const pool::StoredBlock> blocks) {
       continue;
     }
     pool::StoredBlock copy = b;
-    copy.tokens = {};  // they point into the request
+    copy.extras = {};  // they point into the request
     incoming_.push_back(copy);
   }
 }

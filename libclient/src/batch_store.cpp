@@ -439,8 +439,7 @@ class BatchStoreImpl {
       slot_[i] = static_cast<uint32_t>(items_.size());  // 1-based: 0 is "no block"
     }
     if (items_.empty()) return Status::ok();
-    auto call = client_->send(Opcode::kRegister, pool_, static_cast<uint32_t>(items_.size()),
-                              items_.data(), items_.size() * sizeof(pool::RegisterItem));
+    auto call = send_register(n);
     if (!call) {
       release_mutable(inc, blocks->refs);
       return call.status();
@@ -474,6 +473,40 @@ class BatchStoreImpl {
     return Status::ok();
   }
 
+  // The register of items_ (chunk keys with slot_ set, in order): with each namespaced key
+  // (kRegisterTokens without token ids), so that the Stored events name the key; plain when
+  // options_.event_keys is off. A key over kMaxRegisterKeyBytes goes without (its events
+  // name the index hash only). payload_ is reused: no allocation once it has grown.
+  Result<detail::Call> send_register(size_t n) {
+    const auto count = static_cast<uint32_t>(items_.size());
+    if (!options_.event_keys)
+      return client_->send(Opcode::kRegister, pool_, count, items_.data(),
+                           items_.size() * sizeof(pool::RegisterItem));
+    auto sent = [](const std::string& k) {
+      return k.size() <= proto::kMaxRegisterKeyBytes ? static_cast<uint32_t>(k.size()) : 0u;
+    };
+    uint64_t key_bytes = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (slot_[i] != 0) key_bytes += sent(nkeys_[i]);
+    const proto::RegisterExtrasHeader h{0, static_cast<uint32_t>(key_bytes)};
+    payload_.resize(proto::register_extras_bytes(count, 0, key_bytes));
+    std::byte* at = payload_.data();
+    std::memcpy(at, &h, sizeof(h));
+    at += sizeof(h);
+    std::memcpy(at, items_.data(), items_.size() * sizeof(pool::RegisterItem));
+    at += items_.size() * sizeof(pool::RegisterItem);
+    std::byte* key_at = at + uint64_t{count} * sizeof(uint32_t);
+    for (size_t i = 0; i < n; ++i) {
+      if (slot_[i] == 0) continue;
+      const uint32_t len = sent(nkeys_[i]);
+      std::memcpy(at, &len, sizeof(len));
+      at += sizeof(len);
+      if (len != 0) std::memcpy(key_at, nkeys_[i].data(), len);
+      key_at += len;
+    }
+    return client_->send(Opcode::kRegisterTokens, pool_, count, payload_.data(), payload_.size());
+  }
+
   void release_mutable(uint32_t inc, std::span<const pool::BlockRef> refs) {
     for (const pool::BlockRef& ref : refs) client_->release(pool_, inc, /*immutable=*/false, ref);
   }
@@ -503,6 +536,7 @@ class BatchStoreImpl {
   std::vector<pool::BlockRef> hits_;
   std::vector<pool::RegisterItem> items_;
   std::vector<uint32_t> slot_;
+  std::vector<std::byte> payload_;  // a register with keys
 
   std::atomic<uint64_t> batches_{0}, keys_{0}, hits_count_{0}, misses_{0}, mismatches_{0},
       bytes_in_{0}, bytes_out_{0};

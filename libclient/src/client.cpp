@@ -188,8 +188,8 @@ std::vector<std::byte> register_tokens_payload(std::span<const pool::RegisterIte
                                                std::span<const MutableBlock> blocks,
                                                uint32_t page_size) {
   const auto n = static_cast<uint32_t>(items.size());
-  std::vector<std::byte> out(proto::register_tokens_bytes(n, page_size));
-  const proto::RegisterTokensHeader h{page_size, 0};
+  std::vector<std::byte> out(proto::register_extras_bytes(n, page_size));
+  const proto::RegisterExtrasHeader h{page_size, 0};
   std::memcpy(out.data(), &h, sizeof(h));
   std::memcpy(out.data() + sizeof(h), items.data(), items.size_bytes());
   std::byte* at = out.data() + sizeof(h) + items.size_bytes();

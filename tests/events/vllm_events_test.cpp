@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "events_testbed.hpp"
+#include "kvpool/batch_store.hpp"
 
 namespace kvpool::evtest {
 namespace {
@@ -71,15 +72,22 @@ class VllmEvents : public ::testing::Test {
   }
 
   void start(uint32_t blocks, uint32_t ring_slots, std::vector<std::string> extra_args = {}) {
-    daemon_ = std::make_unique<DaemonProcess>(events_config(blocks, ring_slots));
+    start_with(events_config(blocks, ring_slots), std::move(extra_args));
+  }
+  // `bytes_hashes`: the subscriber takes bytes in block_hashes too (vLLM's ExternalBlockHash).
+  void start_with(nlohmann::json config, std::vector<std::string> extra_args,
+                  bool bytes_hashes = false) {
+    daemon_ = std::make_unique<DaemonProcess>(std::move(config));
     daemon_->start();
     // The subscriber first: it connects before the PUB socket is bound and fills what it
     // missed (the start's AllBlocksCleared, sent before its subscription took hold) by replay.
     auto err = open_log(dir_ + "/sub.stderr");
     sub_ = std::make_unique<ChildProcess>();
-    sub_->spawn({kPython, VLLM_SUBSCRIBER_PATH, "subscribe", "--endpoint", pub_, "--replay",
-                 replay_, "--out", dir_ + "/batches.jsonl"},
-                child_environment(), -1, -1, err.get());
+    std::vector<std::string> sub_argv{
+        kPython, VLLM_SUBSCRIBER_PATH,   "subscribe", "--endpoint", pub_, "--replay", replay_,
+        "--out", dir_ + "/batches.jsonl"};
+    if (bytes_hashes) sub_argv.push_back("--bytes-hashes");
+    sub_->spawn(sub_argv, child_environment(), -1, -1, err.get());
     auto ferr = open_log(dir_ + "/events.stderr");
     fwd_ = std::make_unique<ChildProcess>();
     std::vector<std::string> argv{KVPOOL_EVENTS_PATH,
@@ -336,6 +344,160 @@ TEST_F(VllmEvents, TokenIdsTravelWhenTheClientSendsThem) {
             std::vector<uint64_t>(sent.begin(), sent.end()));
   EXPECT_EQ(stored[1]["block_hashes"].get<std::vector<int64_t>>(), signed_chain(plain));
   EXPECT_EQ(stored[1]["token_ids"], nlohmann::json::array());
+}
+
+// A hash as the subscriber wrote it: "b:" + hex of bytes, or "i:" + the signed integer.
+std::string hash_name(const nlohmann::json& h) {
+  if (h.is_object()) return "b:" + h["bytes"].get<std::string>();
+  return "i:" + std::to_string(h.get<int64_t>());
+}
+
+std::string hex(std::string_view bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+// The namespaced key a BatchStore keeps (docs/batch-store.md): u32 LE namespace length,
+// namespace, key.
+std::string namespaced(const std::string& ns, const std::string& key) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((ns.size() >> (8 * i)) & 0xFF);
+  return out + ns + key;
+}
+
+// Names (hash_name) the stream says are stored now in medium CPU.
+std::set<std::string> names_now(const std::vector<nlohmann::json>& b) {
+  std::set<std::string> s;
+  for (const auto& batch : b)
+    for (const auto& e : batch["events"]) {
+      if (e["type"] == "AllBlocksCleared") s.clear();
+      if (e["type"] == "BlockStored")
+        for (const auto& h : e["block_hashes"]) s.insert(hash_name(h));
+      if (e["type"] == "BlockRemoved")
+        for (const auto& h : e["block_hashes"]) s.erase(hash_name(h));
+    }
+  return s;
+}
+
+// Names removed by the BlockRemoved events of the stream, in order.
+std::vector<std::string> removed_names(const std::vector<nlohmann::json>& b) {
+  std::vector<std::string> out;
+  for (const auto& batch : b)
+    for (const auto& e : batch["events"])
+      if (e["type"] == "BlockRemoved")
+        for (const auto& h : e["block_hashes"]) out.push_back(hash_name(h));
+  return out;
+}
+
+// --vllm-block-hashes key: a BatchStore's keys reach a vLLM-format subscriber as the exact
+// bytes of each namespaced key (msgpack bin, decoded as vLLM's ExternalBlockHash = bytes |
+// int: vllm/distributed/kv_events.py at 0181ea3173e5, vllm/v1/core/kv_cache_utils.py at
+// 001cabc1be16), in BlockStored after a set and in BlockRemoved after a delete and after an
+// eviction; a store with event_keys off is named by its index hash, as any block.
+TEST_F(VllmEvents, BatchStoreKeysReachTheSubscriberAsBytesInStoredAndRemoved) {
+  // A byte pool of 8 blocks of 512 bytes (a FullyContiguous host pool the store can use).
+  auto config = mptest::test_config(nlohmann::json::array({{{"name", "kv"},
+                                                            {"num_blocks", 8},
+                                                            {"layout",
+                                                             {{"num_layers", 1},
+                                                              {"outer_dim", 1},
+                                                              {"page_size", 1},
+                                                              {"inner_dim", 512},
+                                                              {"dtype_bytes", 1},
+                                                              {"alignment", 64}}}}}));
+  config["event_ring_slots"] = 4096;
+  start_with(config, {"--vllm-block-hashes", "key"}, /*bytes_hashes=*/true);
+  wait_batches([](auto& b) { return clears(b) == 1; }, "the start's AllBlocksCleared");
+  Client client = connect();
+  BatchStoreOptions o;
+  o.key_namespace = "vllm";
+  o.max_key_bytes = 64;
+  auto store = BatchStore::open(client, "kv", o);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+
+  // vLLM-shaped keys: 32 hash bytes (0x00 and 0xff among them) + a 4-byte big-endian group.
+  std::vector<std::string> keys;
+  for (int k = 0; k < 3; ++k) {
+    std::string key(36, '\0');
+    for (int i = 0; i < 32; ++i) key[i] = static_cast<char>((k * 97 + i * 61) & 0xFF);
+    key[35] = static_cast<char>(k);
+    keys.push_back(key);
+  }
+  auto name = [](const std::string& key) { return "b:" + hex(namespaced("vllm", key)); };
+  auto run = [&](BatchOp op, const std::vector<std::string>& ks, bool with_values) {
+    std::vector<KeyBytes> kb;
+    std::vector<std::vector<std::byte>> values;
+    std::vector<IoBuffer> bufs;
+    for (const auto& k : ks) {
+      kb.push_back(key_bytes(k));
+      if (!with_values) continue;
+      values.emplace_back(100, static_cast<std::byte>(k[0]));
+    }
+    for (auto& v : values) bufs.push_back({v.data(), v.size()});
+    auto id = store->submit(op, kb, bufs);
+    if (!id) throw HarnessError(id.status().to_string());
+    auto c = store->wait(*id, 20s);
+    if (!c) throw HarnessError(c.status().to_string());
+    for (KeyResult r : c->results)
+      if (r != KeyResult::kOk) throw HarnessError("a key of the batch was not ok");
+  };
+
+  // 1. A set of three keys: three BlockStored, each named by its exact namespaced key.
+  run(BatchOp::kSet, keys, true);
+  auto b = wait_batches(
+      [&](auto& b) {
+        return names_now(b) == std::set<std::string>{name(keys[0]), name(keys[1]), name(keys[2])};
+      },
+      "the BlockStored of the three keys");
+  for (const auto& batch : b)
+    for (const auto& e : batch["events"])
+      if (e["type"] == "BlockStored") {
+        EXPECT_TRUE(e["parent_block_hash"].is_null());  // a store's blocks have no parent
+        EXPECT_EQ(e["medium"], "CPU");
+      }
+
+  // 2. A delete: BlockRemoved names the key's bytes.
+  run(BatchOp::kDelete, {keys[1]}, false);
+  b = wait_batches([&](auto& b) { return removed_names(b).size() == 1; }, "the delete's Removed");
+  EXPECT_EQ(removed_names(b), std::vector<std::string>{name(keys[1])});
+
+  // 3. An eviction: eight new keys need the whole pool; keys 0 and 2 are evicted and their
+  // BlockRemoved names them by their bytes too (from the Stored the forwarder sent).
+  std::vector<std::string> more;
+  for (int k = 0; k < 8; ++k) more.push_back("lmcache@model@" + std::to_string(k));
+  run(BatchOp::kSet, more, true);
+  b = wait_batches([&](auto& b) { return removed_names(b).size() == 3; }, "the evictions");
+  const auto removed = removed_names(b);
+  EXPECT_EQ(std::set<std::string>(removed.begin() + 1, removed.end()),
+            (std::set<std::string>{name(keys[0]), name(keys[2])}));
+  std::set<std::string> now;
+  for (const auto& k : more) now.insert(name(k));
+  b = wait_batches([&](auto& b) { return names_now(b) == now; }, "the eight new keys stored");
+
+  // 4. A store with event_keys off: its blocks go by their index hash (signed 64 bits).
+  store->close();
+  BatchStoreOptions plain = o;
+  plain.key_namespace = "plain";
+  plain.event_keys = false;
+  auto quiet = BatchStore::open(client, "kv", plain);
+  ASSERT_TRUE(quiet.is_ok()) << quiet.status().to_string();
+  const std::string k = "no-key-in-events";
+  std::vector<std::byte> v(10, std::byte{1});
+  const KeyBytes kb[1] = {key_bytes(k)};
+  const IoBuffer buf[1] = {{v.data(), v.size()}};
+  auto id = quiet->submit(BatchOp::kSet, kb, buf);
+  ASSERT_TRUE(id.is_ok());
+  ASSERT_TRUE(quiet->wait(*id, 20s).is_ok());
+  const std::string by_index =
+      "i:" + std::to_string(static_cast<int64_t>(quiet->index_hash(kb[0])));
+  wait_batches([&](auto& b) { return names_now(b).count(by_index) == 1; },
+               "the plain store's block by index hash");
+  expect_consecutive(batches());
 }
 
 // The subscriber is strict: the array form of older vLLM is not what today's Structs

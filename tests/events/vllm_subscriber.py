@@ -5,11 +5,14 @@ structures (vllm/distributed/kv_events.py: KVEventBatch, BlockStored, BlockRemov
 AllBlocksCleared, as msgspec encodes them: map form, tag "type" first, omit_defaults) and
 fails loudly on anything a msgspec decoder of those Structs would refuse.
 
-  vllm_subscriber.py subscribe --endpoint E --replay R --out FILE [--topic T]
+  vllm_subscriber.py subscribe --endpoint E --replay R --out FILE [--topic T] [--bytes-hashes]
       SUB to E; a gap in the sequence numbers is filled from the replay ROUTER at R, as
       vLLM's example subscriber does, and so are batches sent before this subscription took
       hold (asked for whenever the stream is quiet). One JSON line per batch, in sequence
-      order, to FILE.
+      order, to FILE. Block hashes must be signed 64-bit integers; with --bytes-hashes they
+      may also be bytes (vLLM's ExternalBlockHash = bytes | int: vllm/v1/core/
+      kv_cache_utils.py at 001cabc1be16, vllm/distributed/kv_events.py at 0181ea3173e5),
+      written to the JSON as {"bytes": HEX}.
   vllm_subscriber.py replay --replay R --start N --out FILE
       Asks R for every batch from N on; one JSON line per batch, then {"end": true} once
       the end marker (-1) came.
@@ -30,6 +33,7 @@ import msgpack
 import zmq
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+ALLOW_BYTES = False  # --bytes-hashes
 
 
 class DecodeError(Exception):
@@ -41,7 +45,7 @@ class DecodeError(Exception):
 @dataclasses.dataclass
 class BlockStored:
     block_hashes: list
-    parent_block_hash: Optional[int]
+    parent_block_hash: Any  # ExternalBlockHash | None: decode_hashes checks it
     token_ids: list
     block_size: int
     lora_id: Optional[int]
@@ -77,6 +81,8 @@ EVENT_TYPES = {c.__name__: c for c in (BlockStored, BlockRemoved, AllBlocksClear
 
 def check_type(name: str, value: Any, annotation: Any) -> None:
     """The checks msgspec applies to these annotations (bool is not an int there)."""
+    if annotation is Any:
+        return  # a hash or None: decode_hashes checks it
     optional = annotation in (Optional[int], Optional[str], Optional[list])
     if value is None:
         if not optional:
@@ -109,8 +115,11 @@ def decode_struct(cls, fields: dict, where: str, strict: bool):
 
 def decode_hashes(hashes: list, where: str) -> None:
     for h in hashes:
+        if ALLOW_BYTES and isinstance(h, bytes) and h:
+            continue
         if not isinstance(h, int) or isinstance(h, bool) or not INT64_MIN <= h <= INT64_MAX:
-            raise DecodeError(f"{where}: {h!r} is not a signed 64-bit integer")
+            raise DecodeError(f"{where}: {h!r} is not a signed 64-bit integer"
+                              + (" or bytes" if ALLOW_BYTES else ""))
 
 
 def decode_event(obj: Any, where: str):
@@ -158,12 +167,20 @@ def decode_batch(payload: bytes):
     return batch, extra
 
 
+def json_hash(h):
+    return {"bytes": h.hex()} if isinstance(h, bytes) else h
+
+
 def batch_json(seq: int, via: str, payload: bytes) -> dict:
     batch, extra = decode_batch(payload)
     events = []
     for e in batch.events:
         d = {"type": type(e).__name__}
         d.update({k: v for k, v in dataclasses.asdict(e).items()})
+        if "block_hashes" in d:
+            d["block_hashes"] = [json_hash(h) for h in d["block_hashes"]]
+        if d.get("parent_block_hash") is not None:
+            d["parent_block_hash"] = json_hash(d["parent_block_hash"])
         events.append(d)
     return {"seq": seq, "via": via, "ts": batch.ts, "dp_rank": batch.data_parallel_rank,
             "hash_scheme": extra.get("hash_scheme"), "events": events}
@@ -311,6 +328,7 @@ def main() -> int:
     s.add_argument("--replay", required=True)
     s.add_argument("--topic", default="")
     s.add_argument("--out", required=True)
+    s.add_argument("--bytes-hashes", action="store_true")
     r = sub.add_parser("replay")
     r.add_argument("--replay", required=True)
     r.add_argument("--start", type=int, required=True)
@@ -318,6 +336,8 @@ def main() -> int:
     h = sub.add_parser("hash-vectors")
     h.add_argument("--kvpoolctl", required=True)
     args = p.parse_args()
+    global ALLOW_BYTES
+    ALLOW_BYTES = getattr(args, "bytes_hashes", False)
     return {"subscribe": cmd_subscribe, "replay": cmd_replay,
             "hash-vectors": cmd_hash_vectors}[args.cmd](args)
 

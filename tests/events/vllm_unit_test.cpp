@@ -21,9 +21,11 @@ struct Decoded {
   std::string hash_scheme;
   struct Event {
     std::string type;
-    std::vector<int64_t> block_hashes;
+    std::vector<int64_t> block_hashes;  // 0 where the hash is bytes
+    std::vector<std::string> keys;      // the bytes of each hash sent as bin, else ""
     bool parent_nil = true;
     int64_t parent = 0;
+    std::string parent_key;
     size_t token_ids = 99;
     uint32_t block_size = 0;
     std::string medium;
@@ -49,12 +51,24 @@ Decoded decode(const std::string& payload, VllmEncoding enc) {
         return;
       }
       ++ev.fields;
+      // A hash is an int, or bytes (vLLM's ExternalBlockHash = bytes | int).
+      auto hash = [](const msgpack::object& h, int64_t* value, std::string* key) {
+        if (h.type == msgpack::type::BIN) {
+          key->assign(h.via.bin.ptr, h.via.bin.size);
+          *value = 0;
+        } else {
+          *value = h.as<int64_t>();
+        }
+      };
       if (name == "block_hashes") {
-        for (uint32_t i = 0; i < v.via.array.size; ++i)
-          ev.block_hashes.push_back(v.via.array.ptr[i].as<int64_t>());
+        for (uint32_t i = 0; i < v.via.array.size; ++i) {
+          ev.block_hashes.emplace_back();
+          ev.keys.emplace_back();
+          hash(v.via.array.ptr[i], &ev.block_hashes.back(), &ev.keys.back());
+        }
       } else if (name == "parent_block_hash") {
         ev.parent_nil = v.is_nil();
-        if (!v.is_nil()) ev.parent = v.as<int64_t>();
+        if (!v.is_nil()) hash(v, &ev.parent, &ev.parent_key);
       } else if (name == "token_ids") {
         ev.token_ids = v.via.array.size;
       } else if (name == "block_size") {
@@ -296,6 +310,119 @@ TEST(VllmBatchBuilder, ABatchNamesOneHashSchemeAndAFailedSendIsAGap) {
   for (auto& r : rec.stored(0, {{3, 3, std::nullopt}})) b.add(r);
   b.flush();
   EXPECT_FALSE(b.in_sync());
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s)); }
+
+// --vllm-block-hashes key: a keyed block goes by its key (bin) in its BlockStored, in its
+// BlockRemoved (remembered from the Stored) and as a child's parent; a block without a key
+// goes by its index hash, and so does every block of the disk tier.
+TEST(VllmBatchBuilder, KeyedBlocksGoByTheirKeyInStoredRemovedAndAsParent) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink(), VllmBlockHashes::kKey);
+  b.set_pools(two_pools());
+  Records rec;
+  const std::string ten("k\0ten\xff", 7), thirteen = "k-thirteen";
+  b.add(rec.stored(0, {{10, 10, std::nullopt}})[0], {}, bytes_of(ten));
+  b.add(rec.stored(0, {{12, 12, std::nullopt}})[0]);  // no key: its index hash
+  b.add(rec.stored(0, {{13, 13, 10}})[0], {}, bytes_of(thirteen));
+  b.add(rec.stored(0, {{14, 14, std::nullopt}}, /*disk=*/true)[0], {}, bytes_of("disk"));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 10));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 12));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 10));  // again (cannot happen): by hash now
+  b.flush();
+  ASSERT_EQ(out.got.size(), 1u);
+  const auto& e = out.got[0].events;
+  ASSERT_EQ(e.size(), 5u);
+  EXPECT_EQ(e[0].keys, (std::vector<std::string>{ten}));
+  EXPECT_TRUE(e[0].parent_nil);
+  EXPECT_EQ(e[1].keys, (std::vector<std::string>{""}));
+  EXPECT_EQ(e[1].block_hashes, (std::vector<int64_t>{12}));
+  EXPECT_EQ(e[2].keys, (std::vector<std::string>{thirteen}));
+  EXPECT_EQ(e[2].parent_key, ten);
+  EXPECT_EQ(e[3].medium, "DISK");
+  EXPECT_EQ(e[3].block_hashes, (std::vector<int64_t>{14}));
+  EXPECT_EQ(e[3].keys, (std::vector<std::string>{""}));
+  EXPECT_EQ(e[4].type, "BlockRemoved");
+  EXPECT_EQ(e[4].keys, (std::vector<std::string>{ten, "", ""}));
+  EXPECT_EQ(e[4].block_hashes, (std::vector<int64_t>{0, 12, 10}));
+  EXPECT_EQ(b.stats().blocks_with_keys, 2u);
+  EXPECT_EQ(b.stats().removed_with_keys, 1u);
+}
+
+// After a resync the consumer knows the registry by index hashes (the registry keeps no
+// keys): a keyed block stored before it is removed by its index hash, as it was last stored.
+TEST(VllmBatchBuilder, AfterAResyncKeyedBlocksAreRemovedByTheirIndexHash) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink(), VllmBlockHashes::kKey);
+  b.set_pools(two_pools());
+  Records rec;
+  b.add(rec.stored(0, {{10, 10, std::nullopt}})[0], {}, bytes_of("key-10"));
+  b.add(rec.stored(0, {{11, 11, std::nullopt}})[0], {}, bytes_of("key-11"));
+  b.flush();
+  RegisteredBlock reg{};
+  reg.pool = 0;
+  reg.sequence_hash = 11;
+  b.resync(std::span(&reg, 1));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 11));
+  b.flush();
+  ASSERT_EQ(out.got.size(), 3u);
+  const auto& r = out.got[1].events;  // the resync
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].type, "AllBlocksCleared");
+  EXPECT_EQ(r[1].block_hashes, (std::vector<int64_t>{11}));
+  EXPECT_EQ(r[1].keys, (std::vector<std::string>{""}));
+  const auto& rm = out.got[2].events;
+  ASSERT_EQ(rm.size(), 1u);
+  EXPECT_EQ(rm[0].block_hashes, (std::vector<int64_t>{11}));
+  EXPECT_EQ(rm[0].keys, (std::vector<std::string>{""}));
+}
+
+// The keys kept for Removed events are bounded: over the cap a keyed block is stored (and
+// so removed) by its index hash, never by a key the builder would not remember.
+TEST(VllmBatchBuilder, KeysOverTheMemoryCapGoByIndexHashBothWays) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink(), VllmBlockHashes::kKey);
+  b.set_pools(two_pools());
+  b.set_key_memory(10);
+  Records rec;
+  b.add(rec.stored(0, {{1, 1, std::nullopt}})[0], {}, bytes_of("sixbyt"));
+  b.add(rec.stored(0, {{2, 2, std::nullopt}})[0], {}, bytes_of("five!"));  // 11 > 10
+  b.add(rec.single(shm::EventType::kRemoved, 0, 1));                       // frees 6
+  b.add(rec.stored(0, {{3, 3, std::nullopt}})[0], {}, bytes_of("five?"));  // fits again
+  b.add(rec.single(shm::EventType::kRemoved, 0, 2));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 3));
+  b.flush();
+  ASSERT_EQ(out.got.size(), 1u);
+  const auto& e = out.got[0].events;
+  ASSERT_EQ(e.size(), 5u);
+  EXPECT_EQ(e[0].keys, (std::vector<std::string>{"sixbyt"}));
+  EXPECT_EQ(e[1].keys, (std::vector<std::string>{""}));
+  EXPECT_EQ(e[1].block_hashes, (std::vector<int64_t>{2}));
+  EXPECT_EQ(e[2].keys, (std::vector<std::string>{"sixbyt"}));
+  EXPECT_EQ(e[3].keys, (std::vector<std::string>{"five?"}));
+  EXPECT_EQ(e[4].keys, (std::vector<std::string>{"", "five?"}));
+  EXPECT_EQ(e[4].block_hashes, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(b.stats().keys_not_kept, 1u);
+}
+
+// The default (--vllm-block-hashes index): keyed blocks go by their index hash, the form
+// Dynamo's ZMQ relay decodes (i64 | u64 only).
+TEST(VllmBatchBuilder, ByDefaultKeyedBlocksGoByTheirIndexHash) {
+  Batches out;
+  VllmBatchBuilder b(VllmEncoding::kMap, 0, out.sink());
+  b.set_pools(two_pools());
+  Records rec;
+  b.add(rec.stored(0, {{10, 10, std::nullopt}})[0], {}, bytes_of("key-10"));
+  b.add(rec.single(shm::EventType::kRemoved, 0, 10));
+  b.flush();
+  ASSERT_EQ(out.got.size(), 1u);
+  const auto& e = out.got[0].events;
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].block_hashes, (std::vector<int64_t>{10}));
+  EXPECT_EQ(e[0].keys, (std::vector<std::string>{""}));
+  EXPECT_EQ(e[1].block_hashes, (std::vector<int64_t>{10}));
+  EXPECT_EQ(e[1].keys, (std::vector<std::string>{""}));
 }
 
 }  // namespace

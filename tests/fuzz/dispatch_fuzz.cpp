@@ -3,13 +3,14 @@
 //
 // Input: a sequence of records, each
 //   u8 owner | u8 type | u8 flags | u16 length (LE) | length bytes of record payload
-// `type` below 0xF0 is an opcode (type % 8, so 0 and 7 are unknown opcodes); from 0xF0 up
-// it picks one of a few far-out values. The payload is what a client would put on its
+// `type` below 0xF0 is an opcode (type % 16, so 0, 14 and 15 are unknown opcodes); from
+// 0xF0 up it picks one of a few far-out values. The payload is what a client would put on its
 // ring: RequestHeader then items. Random bytes rarely name a live block, so `flags` lets
 // the fuzzer make parts of a record plausible while leaving the rest hostile:
 //   bit 0  count := what the payload holds, payload trimmed to whole items
 //   bit 1  pool := pool % 2
-//   bit 2  BlockRefs in the items := handles seen in earlier answers (any owner's)
+//   bit 2  BlockRefs in the items := handles seen in earlier answers (any owner's); for a
+//          register with token ids / keys (kRegisterTokens), in the items after its header
 //   bit 3  hashes in the items := sequence hashes registered earlier
 //   bit 4  register items: parent := an earlier hash, has_parent in {0,1}, priority small
 //   bit 5  allocate: count := count % 24
@@ -88,7 +89,7 @@ class Reader {
 };
 
 uint32_t pick_type(uint8_t t) {
-  if (t < 0xF0) return t % 8;
+  if (t < 0xF0) return t % 16;
   static constexpr uint32_t far[] = {0xFFFFu,     0x7FFFFFFFu, 0xFFFFFFFEu, 0x100u | 1u,
                                      0x80000003u, 256u,        65535u,      0xFFFFFFF0u};
   return far[t % 8];
@@ -133,6 +134,18 @@ void shape(Run& r, uint32_t type, uint8_t flags, std::vector<std::byte>& rec) {
     rec.resize(sizeof(rq) + rq.count * item);
   }
   std::memcpy(rec.data(), &rq, sizeof(rq));
+  if (op == proto::Opcode::kRegisterTokens && (flags & 4) && !r.refs.empty()) {
+    // The items after the 8-byte RegisterExtrasHeader; the rest (token ids, key lengths,
+    // keys) stays as the input has it.
+    for (size_t at = sizeof(rq) + sizeof(proto::RegisterExtrasHeader), i = 0;
+         i < rq.count && at + sizeof(pool::RegisterItem) <= rec.size();
+         ++i, at += sizeof(pool::RegisterItem)) {
+      pool::RegisterItem it;
+      std::memcpy(&it, rec.data() + at, sizeof(it));
+      it.block = r.pick(r.refs, it.block.id);
+      std::memcpy(rec.data() + at, &it, sizeof(it));
+    }
+  }
   std::byte* items = rec.data() + sizeof(rq);
   const size_t n = item > 0 ? (rec.size() - sizeof(rq)) / item : 0;
   for (size_t i = 0; i < n; ++i) {

@@ -7,6 +7,7 @@ import struct
 import sys
 
 ALLOC, REGISTER, MATCH, REL_MUT, REL_IMM, PING = 1, 2, 3, 4, 5, 6
+REGISTER_EXTRAS = 10  # kRegisterTokens: token ids and / or keys
 FIX_COUNT, FIX_POOL, REFS, HASHES, PARENTS, SMALL_ALLOC = 1, 2, 4, 8, 16, 32
 
 
@@ -21,6 +22,19 @@ def reg_items(n, seed, parent=True):
         h = (seed * 1000003 + i * 7919) & 0xFFFFFFFFFFFFFFFF
         # block ref {id, gen} is patched from history with REFS; hash low bits 0 -> dedup
         out += struct.pack("<IIQQQII", i, 1, h << 2 | 1, h, h, i % 3, 1 if parent and i else 0)
+    return out
+
+
+def extras(n, seed, per_block=0, keys=None, key_bytes=None):
+    """A kRegisterTokens payload: RegisterExtrasHeader {tokens_per_block, key_bytes}, n
+    register items, n * per_block token ids, then (keys given) n u32 lengths and the keys."""
+    keys = keys or []
+    blob = b"".join(keys)
+    total = len(blob) if key_bytes is None else key_bytes
+    out = struct.pack("<II", per_block, total) + reg_items(n, seed, parent=False)
+    out += b"".join(struct.pack("<I", 1000 + i) for i in range(n * per_block))
+    if keys:
+        out += b"".join(struct.pack("<I", len(k)) for k in keys) + blob
     return out
 
 
@@ -68,6 +82,23 @@ def main(out_dir):
         + record(0, PING, 0, 8, 99, 0)
         + record(0, REGISTER, FIX_COUNT, 9, 0, 0, b"\xff" * 45),
         "ping": record(0, PING, 0, 42, 0, 0),
+        # Registers with keys (a BatchStore's), with keys and token ids, and broken ones: a
+        # length over 4096, lengths that do not add up, a total past any bound, a cut-off
+        # key section.
+        "register_keys": record(0, ALLOC, FIX_POOL, 1, 0, 4)
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 2, 0, 2,
+                 extras(2, 5, keys=[b"\x04\x00\x00\x00vllm" + bytes(range(36)), b""]))
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 3, 0, 2,
+                 extras(2, 6, per_block=4, keys=[b"a" * 105, b"b" * 3]))
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 4, 0, 2,
+                 extras(2, 7, keys=[b"", b"k" * 4097]))
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 5, 0, 2,
+                 extras(2, 8, keys=[b"abc", b"de"], key_bytes=6))
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 6, 0, 2,
+                 extras(2, 9, keys=[b"abc", b"def"], key_bytes=0xFFFFFFFF))
+        + record(0, REGISTER_EXTRAS, FIX_POOL | REFS, 7, 0, 2,
+                 extras(2, 10, keys=[b"abc", b"def"])[:-10])
+        + record(1, MATCH, FIX_COUNT | FIX_POOL | HASHES, 8, 0, 2, hashes(2)),
     }
     for name, data in seeds.items():
         with open(os.path.join(out_dir, name), "wb") as f:

@@ -244,7 +244,8 @@ TEST(EventRingTokens, ARegisterWithTokensReachesTheRingThroughTheDaemonsPublishe
   std::vector<pool::RegisterItem> items = {
       {blocks[0], 11, 21, 0, 0, 0}, {blocks[1], 11, 21, 0, 0, 0}, {blocks[2], 12, 22, 11, 0, 1}};
   const std::vector<uint32_t> all = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  ASSERT_TRUE(core->register_blocks(0, items, out.data(), pool::RegisterTokens{all, 4}).is_ok());
+  ASSERT_TRUE(
+      core->register_blocks(0, items, out.data(), pool::RegisterExtras{all, 4, {}, {}}).is_ok());
 
   EventRingReader reader = ring.reader();
   EventRecord rec{};

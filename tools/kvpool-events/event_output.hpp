@@ -42,8 +42,10 @@ class EventOutput {
   // The attached daemon's pools (index = the ring's pool field); called on every attach.
   virtual void set_pools(std::vector<PoolMeta> pools) = 0;
   // Feeds the next ring record (in id order, without gaps; after a gap, resync()) with its
-  // token ids (EventRingReader::read_tokens; empty when it has none or they were lost).
-  virtual void add(const shm::EventRecord& record, std::span<const uint32_t> tokens) = 0;
+  // token ids and key (EventRingReader::read_tokens / read_key; empty when it has none or
+  // they were lost).
+  virtual void add(const shm::EventRecord& record, std::span<const uint32_t> tokens,
+                   std::span<const std::byte> key) = 0;
   // Sends what is pending (the ring has nothing more for now).
   virtual void flush() = 0;
   // "Forget everything": a clear, then `blocks` (the whole registry) as stored events.

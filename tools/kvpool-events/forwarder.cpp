@@ -32,9 +32,12 @@ Forwarder::Drain Forwarder::drain_ring(uint32_t max, uint32_t* read) {
       // Token ids (a client's send_tokens) or none: read_tokens never gives another
       // record's, and a reader too far behind gets none (counted).
       if (rec.has_tokens() && !ring.read_tokens(rec, &tokens_)) ++stats_.tokens_lost;
+      // The same for a keyed block's key (BatchStore).
+      if (rec.has_key() && !ring.read_key(rec, &key_)) ++stats_.keys_lost;
       fold_disk_record(rec, &disk_);
       output_->add(
-          rec, rec.has_tokens() ? std::span<const uint32_t>(tokens_) : std::span<const uint32_t>());
+          rec, rec.has_tokens() ? std::span<const uint32_t>(tokens_) : std::span<const uint32_t>(),
+          rec.has_key() ? std::span<const std::byte>(key_) : std::span<const std::byte>());
       ++*read;
     } else if (o == shm::PoolEventRings::Outcome::kLapped) {
       ++stats_.laps;
@@ -143,9 +146,10 @@ void Forwarder::update_gauges() {
 }
 
 void Forwarder::log_stats() {
-  spdlog::info("{}; laps {} (lost {}), resyncs {} (best-effort {}), token ids lost {}",
-               output_->stats_line(), stats_.laps, stats_.lost_events, stats_.resyncs,
-               stats_.torn_snapshots, stats_.tokens_lost);
+  spdlog::info(
+      "{}; laps {} (lost {}), resyncs {} (best-effort {}), token ids lost {}, keys lost {}",
+      output_->stats_line(), stats_.laps, stats_.lost_events, stats_.resyncs, stats_.torn_snapshots,
+      stats_.tokens_lost, stats_.keys_lost);
 }
 
 Status Forwarder::run() {

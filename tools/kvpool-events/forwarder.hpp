@@ -34,6 +34,7 @@ struct ForwarderStats {
   uint64_t resyncs = 0;
   uint64_t torn_snapshots = 0;  // resyncs that had to use a best-effort snapshot
   uint64_t tokens_lost = 0;     // Stored records whose token ids were overwritten before read
+  uint64_t keys_lost = 0;       // Stored records whose key was overwritten before read
   uint64_t attaches = 0;
 };
 
@@ -98,6 +99,7 @@ class Forwarder {
   uint64_t gone_epoch_ = 0;  // the daemon that died, when the routers had all its events
   uint32_t gone_pools_ = 0;
   std::vector<uint32_t> tokens_;  // the token ids of the record being forwarded (reused)
+  std::vector<std::byte> key_;    // its key (reused)
   // The disk tiers' blocks: every disk record of the attached daemon from its first one up
   // to the ring reader's position, folded (read, or skipped by a resync or an outage and
   // folded then). A resync re-announces them: the daemon's disk index is not in shared

@@ -7,6 +7,7 @@
 //   kvpool-events --format vllm --zmq-endpoint tcp://127.0.0.1:5557               (vLLM, ZMQ)
 //                 [--zmq-replay-endpoint tcp://127.0.0.1:5558] [--zmq-topic T]
 //                 [--replay-buffer N] [--dp-rank R] [--vllm-encoding map|array]
+//                 [--vllm-block-hashes index|key]
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   std::string state_source;
   VllmOutputOptions vllm;
   std::string encoding = "map";
+  std::string block_hashes = "index";
   int64_t dp_rank = 0;
   app.add_option("--instance", o.instance, "kvpoold instance")->capture_default_str();
   app.add_option("--runtime-dir", o.runtime_dir, "directory of kvpoold's socket");
@@ -131,6 +133,12 @@ int main(int argc, char** argv) {
                  "[vllm] map (vLLM today) or array (array_like Structs of older vLLM)")
       ->check(CLI::IsMember({"map", "array"}))
       ->capture_default_str();
+  app.add_option("--vllm-block-hashes", block_hashes,
+                 "[vllm] a keyed block (BatchStore) in block_hashes: index (its 64-bit index "
+                 "hash, what Dynamo's ZMQ relay decodes) or key (its namespaced key as bytes, "
+                 "vLLM's ExternalBlockHash)")
+      ->check(CLI::IsMember({"index", "key"}))
+      ->capture_default_str();
   std::string metrics_listen;
 #ifdef KVPOOL_EVENTS_METRICS
   app.add_option("--metrics-listen", metrics_listen,
@@ -175,6 +183,7 @@ int main(int argc, char** argv) {
     }
     vllm.dp_rank = dp_rank;
     vllm.encoding = encoding == "map" ? VllmEncoding::kMap : VllmEncoding::kArray;
+    vllm.block_hashes = block_hashes == "key" ? VllmBlockHashes::kKey : VllmBlockHashes::kIndex;
     output = std::make_unique<VllmOutput>(vllm);
   }
 

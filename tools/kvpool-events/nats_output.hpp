@@ -38,7 +38,10 @@ class NatsOutput final : public EventOutput {
   void set_pools(std::vector<PoolMeta> pools) override { builder_.set_pools(std::move(pools)); }
   // Dynamo's RouterEvent has no field for token ids (KvCacheStoredBlockData: block_hash,
   // tokens_hash, mm_extra_info): they are not sent.
-  void add(const shm::EventRecord& record, std::span<const uint32_t>) override {
+  // Nor for an opaque key: every hash in a RouterEvent is a u64 (ExternalSequenceBlockHash,
+  // LocalBlockHash), so a keyed block goes by its index hash.
+  void add(const shm::EventRecord& record, std::span<const uint32_t>,
+           std::span<const std::byte>) override {
     builder_.add(record);
   }
   void flush() override { builder_.flush(); }

@@ -46,8 +46,49 @@ std::string_view VllmBatchBuilder::medium(uint32_t pool, bool disk) const {
   return pool_meta(pools_, pool).device ? kMediumGpu : kMediumCpu;
 }
 
+std::string VllmBatchBuilder::remember_key(uint32_t pool, uint64_t seq,
+                                           std::span<const std::byte> key) {
+  if (pool >= keys_.size()) keys_.resize(pool + 1);
+  std::string text(reinterpret_cast<const char*>(key.data()), key.size());
+  auto [it, fresh] = keys_[pool].try_emplace(seq);
+  if (!fresh) key_bytes_ -= it->second.size();  // stored again without a Removed we saw
+  if (key_bytes_ + text.size() > max_key_bytes_) {
+    keys_[pool].erase(it);
+    ++stats_.keys_not_kept;
+    return {};
+  }
+  key_bytes_ += text.size();
+  it->second = text;
+  return text;
+}
+
+std::string VllmBatchBuilder::known_key(uint32_t pool, uint64_t seq) const {
+  if (pool >= keys_.size()) return {};
+  auto it = keys_[pool].find(seq);
+  return it == keys_[pool].end() ? std::string() : it->second;
+}
+
+std::string VllmBatchBuilder::forget_key(uint32_t pool, uint64_t seq) {
+  if (pool >= keys_.size()) return {};
+  auto it = keys_[pool].find(seq);
+  if (it == keys_[pool].end()) return {};
+  std::string key = std::move(it->second);
+  key_bytes_ -= key.size();
+  keys_[pool].erase(it);
+  return key;
+}
+
 void VllmBatchBuilder::stored_block(uint32_t pool, bool disk, uint64_t seq, bool has_parent,
-                                    uint64_t parent, std::span<const uint32_t> tokens) {
+                                    uint64_t parent, std::span<const uint32_t> tokens,
+                                    std::span<const std::byte> key) {
+  // Keys name host-memory blocks only (the disk tier's records carry none).
+  const bool by_key = block_hashes_ == VllmBlockHashes::kKey && !disk;
+  std::string name;
+  if (by_key && !key.empty()) {
+    name = remember_key(pool, seq, key);
+  } else if (by_key) {
+    forget_key(pool, seq);  // stored by index hash: removed so too
+  }
   // Tokens of a whole page or none: consumers split token_ids by block_size.
   if (tokens.size() != pool_meta(pools_, pool).page_size) tokens = {};
   // An event's blocks are a chain: continue the open one only where this block hangs under
@@ -62,6 +103,7 @@ void VllmBatchBuilder::stored_block(uint32_t pool, bool disk, uint64_t seq, bool
     VllmEvent e;
     e.kind = VllmEvent::Kind::kStored;
     if (has_parent) e.parent_block_hash = signed_hash(parent);
+    if (has_parent && by_key) e.parent_key = known_key(pool, parent);
     e.block_size = meta.page_size;
     e.medium = medium(pool, disk);
     push(std::move(e));
@@ -70,12 +112,37 @@ void VllmBatchBuilder::stored_block(uint32_t pool, bool disk, uint64_t seq, bool
     open_disk_ = disk;
   }
   events_.back().block_hashes.push_back(signed_hash(seq));
+  if (!name.empty()) ++stats_.blocks_with_keys;
+  events_.back().block_keys.push_back(std::move(name));
   events_.back().token_ids.insert(events_.back().token_ids.end(), tokens.begin(), tokens.end());
   if (!tokens.empty()) ++stats_.blocks_with_tokens;
   ++stats_.stored_blocks;
 }
 
-void VllmBatchBuilder::add(const shm::EventRecord& r, std::span<const uint32_t> tokens) {
+void VllmBatchBuilder::removed_block(uint32_t pool, bool disk, uint64_t seq) {
+  const bool continues = open_ == Open::kRemoved && open_pool_ == pool && open_disk_ == disk &&
+                         events_.back().block_hashes.size() < kMaxHashesPerEvent;
+  if (!continues) {
+    begin(pool);
+    VllmEvent e;
+    e.kind = VllmEvent::Kind::kRemoved;
+    e.medium = medium(pool, disk);
+    push(std::move(e));
+    open_ = Open::kRemoved;
+    open_pool_ = pool;
+    open_disk_ = disk;
+  }
+  // Under the name its Stored gave it.
+  std::string name =
+      block_hashes_ == VllmBlockHashes::kKey && !disk ? forget_key(pool, seq) : std::string();
+  if (!name.empty()) ++stats_.removed_with_keys;
+  events_.back().block_hashes.push_back(signed_hash(seq));
+  events_.back().block_keys.push_back(std::move(name));
+  ++stats_.removed_blocks;
+}
+
+void VllmBatchBuilder::add(const shm::EventRecord& r, std::span<const uint32_t> tokens,
+                           std::span<const std::byte> key) {
   ++stats_.records;
   const uint32_t pool = r.payload.pool;
   const bool disk = r.disk_tier();
@@ -83,26 +150,12 @@ void VllmBatchBuilder::add(const shm::EventRecord& r, std::span<const uint32_t> 
     case shm::EventType::kStored:
       if (r.batch_first()) close_open();  // another register call: another BlockStored
       stored_block(pool, disk, r.payload.sequence_hash, r.has_parent(), r.payload.parent_hash,
-                   tokens);
+                   tokens, key);
       if (r.batch_last()) close_open();
       break;
-    case shm::EventType::kRemoved: {
-      const bool continues = open_ == Open::kRemoved && open_pool_ == pool && open_disk_ == disk &&
-                             events_.back().block_hashes.size() < kMaxHashesPerEvent;
-      if (!continues) {
-        begin(pool);
-        VllmEvent e;
-        e.kind = VllmEvent::Kind::kRemoved;
-        e.medium = medium(pool, disk);
-        push(std::move(e));
-        open_ = Open::kRemoved;
-        open_pool_ = pool;
-        open_disk_ = disk;
-      }
-      events_.back().block_hashes.push_back(signed_hash(r.payload.sequence_hash));
-      ++stats_.removed_blocks;
+    case shm::EventType::kRemoved:
+      removed_block(pool, disk, r.payload.sequence_hash);
       break;
-    }
     case shm::EventType::kCleared:
       // vLLM can only clear everything: say so, then the registry again (resync).
       flush();
@@ -117,6 +170,9 @@ void VllmBatchBuilder::resync(std::span<const RegisteredBlock> blocks) {
   events_.clear();
   open_ = Open::kNone;
   in_sync_ = true;
+  // The consumer forgets everything; the registry's blocks go out by index hash.
+  for (auto& pool : keys_) pool.clear();
+  key_bytes_ = 0;
   VllmEvent cleared;
   cleared.kind = VllmEvent::Kind::kCleared;
   batch_scheme_ = pool_meta(pools_, 0).hash_scheme;

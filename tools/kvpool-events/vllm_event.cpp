@@ -24,9 +24,20 @@ void key(Packer& pk, VllmEncoding enc, std::string_view name) {
   if (enc == VllmEncoding::kMap) str(pk, name);
 }
 
-void hashes(Packer& pk, std::span<const int64_t> hs) {
-  pk.pack_array(static_cast<uint32_t>(hs.size()));
-  for (int64_t h : hs) pk.pack_int64(h);
+// One block hash: its key as bin when it has one, else the 64-bit hash.
+void hash(Packer& pk, int64_t h, std::string_view key) {
+  if (key.empty()) {
+    pk.pack_int64(h);
+    return;
+  }
+  pk.pack_bin(static_cast<uint32_t>(key.size()));
+  pk.pack_bin_body(key.data(), static_cast<uint32_t>(key.size()));
+}
+
+void hashes(Packer& pk, const VllmEvent& e) {
+  pk.pack_array(static_cast<uint32_t>(e.block_hashes.size()));
+  for (size_t i = 0; i < e.block_hashes.size(); ++i)
+    hash(pk, e.block_hashes[i], i < e.block_keys.size() ? e.block_keys[i] : std::string_view());
 }
 
 void medium(Packer& pk, std::string_view m) {
@@ -53,10 +64,10 @@ void event(Packer& pk, VllmEncoding enc, const VllmEvent& e) {
     case VllmEvent::Kind::kStored:
       open_event(pk, enc, "BlockStored", 7);
       key(pk, enc, "block_hashes");
-      hashes(pk, e.block_hashes);
+      hashes(pk, e);
       key(pk, enc, "parent_block_hash");
       if (e.parent_block_hash) {
-        pk.pack_int64(*e.parent_block_hash);
+        hash(pk, *e.parent_block_hash, e.parent_key);
       } else {
         pk.pack_nil();
       }
@@ -75,7 +86,7 @@ void event(Packer& pk, VllmEncoding enc, const VllmEvent& e) {
     case VllmEvent::Kind::kRemoved:
       open_event(pk, enc, "BlockRemoved", 2);
       key(pk, enc, "block_hashes");
-      hashes(pk, e.block_hashes);
+      hashes(pk, e);
       key(pk, enc, "medium");
       medium(pk, e.medium);
       break;

@@ -12,7 +12,12 @@
 // keys, tag first); vLLM before the change used array_like Structs (kArray: positional, the
 // tag as the first element). Fields with a default (extra_keys, group_idx, ...) are omitted,
 // as omit_defaults does; fields without one are always there, None as nil. Hashes are the
-// sequence hashes as signed 64-bit integers, as Dynamo's Python publisher sends them.
+// sequence hashes as signed 64-bit integers, as Dynamo's Python publisher sends them; a
+// keyed block's hash may instead be its key as msgpack bin (VllmBlockHashes::kKey): vLLM's
+// ExternalBlockHash is `bytes | int` (vllm/v1/core/kv_cache_utils.py, commit 001cabc1be16;
+// BlockStored.block_hashes / parent_block_hash and BlockRemoved.block_hashes in
+// vllm/distributed/kv_events.py, commit 0181ea3173e5), and vLLM sends its sha256 block
+// hashes as bytes when VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 (its default, 1, sends ints).
 //
 // kvpool adds one field to the batch, "hash_scheme" (core/hash.hpp), which msgspec decoders
 // skip as an unknown field (in the array form: one trailing element); every event of a
@@ -32,6 +37,12 @@ namespace kvpool::events {
 
 enum class VllmEncoding { kMap, kArray };
 
+// What a keyed block (BatchStore) is called in block_hashes: its 64-bit index hash as every
+// other block (kIndex, the default: Dynamo's ZMQ relay decodes block hashes as i64 | u64
+// and drops a batch with bytes, lib/kv-router/src/zmq_wire.rs BlockHashValue, commit
+// 55d70854a9dd), or its namespaced key as bin (kKey).
+enum class VllmBlockHashes { kIndex, kKey };
+
 // vLLM's medium names: "GPU" (MEDIUM_GPU) for device pools, "CPU" for host pools (as vLLM's
 // CPU offloading names its tier), "DISK" for a host pool's disk tier (medium is a free
 // string in vLLM; consumers compare it by name).
@@ -44,6 +55,10 @@ struct VllmEvent {
   Kind kind = Kind::kCleared;
   std::vector<int64_t> block_hashes;         // kStored, kRemoved
   std::optional<int64_t> parent_block_hash;  // kStored
+  // Keyed blocks sent by key (VllmBlockHashes::kKey): block_keys[i], when there and not
+  // empty, goes out as bin in place of block_hashes[i]; parent_key likewise for the parent.
+  std::vector<std::string> block_keys;
+  std::string parent_key;
   // kStored: every block's token ids, block after block (block_size * block_hashes.size()),
   // when the registering client sent them (RegisterOptions::send_tokens); else empty, and
   // always empty in a resync (the registry keeps no tokens).

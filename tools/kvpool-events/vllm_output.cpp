@@ -7,11 +7,14 @@ namespace kvpool::events {
 
 VllmOutput::VllmOutput(VllmOutputOptions options)
     : options_(std::move(options)),
-      builder_(options_.encoding, options_.dp_rank, [this](std::string_view payload) {
-        if (zmq_->publish(payload)) return true;
-        if (send_errors_++ % 1000 == 0) spdlog::warn("ZMQ PUB refused a batch");
-        return false;
-      }) {}
+      builder_(
+          options_.encoding, options_.dp_rank,
+          [this](std::string_view payload) {
+            if (zmq_->publish(payload)) return true;
+            if (send_errors_++ % 1000 == 0) spdlog::warn("ZMQ PUB refused a batch");
+            return false;
+          },
+          options_.block_hashes) {}
 
 VllmOutput::~VllmOutput() = default;
 
@@ -45,9 +48,11 @@ EventOutput::Counters VllmOutput::counters() const {
 std::string VllmOutput::stats_line() const {
   const VllmBuilderStats& b = builder_.stats();
   return fmt::format(
-      "events {} -> batches {} (stored blocks {} ({} with token ids), removed {}, cleared {}); "
-      "next seq {}, replays served {}, send errors {}",
-      b.records, b.batches, b.stored_blocks, b.blocks_with_tokens, b.removed_blocks, b.cleared,
+      "events {} -> batches {} (stored blocks {} ({} with token ids, {} by key), removed {} ({} "
+      "by key), cleared {}, keys over the memory cap {}); next seq {}, replays served {}, send "
+      "errors {}",
+      b.records, b.batches, b.stored_blocks, b.blocks_with_tokens, b.blocks_with_keys,
+      b.removed_blocks, b.removed_with_keys, b.cleared, b.keys_not_kept,
       zmq_ ? zmq_->next_sequence() : 0, zmq_ ? zmq_->replays_served() : 0, send_errors_);
 }
 

@@ -17,6 +17,7 @@ struct VllmOutputOptions {
   ZmqOptions zmq;
   VllmEncoding encoding = VllmEncoding::kMap;
   int64_t dp_rank = 0;  // KVEventBatch.data_parallel_rank
+  VllmBlockHashes block_hashes = VllmBlockHashes::kIndex;  // --vllm-block-hashes
 };
 
 class VllmOutput final : public EventOutput {
@@ -28,8 +29,9 @@ class VllmOutput final : public EventOutput {
   std::string describe() const override;
   void serve() override;
   void set_pools(std::vector<PoolMeta> pools) override { builder_.set_pools(std::move(pools)); }
-  void add(const shm::EventRecord& record, std::span<const uint32_t> tokens) override {
-    builder_.add(record, tokens);
+  void add(const shm::EventRecord& record, std::span<const uint32_t> tokens,
+           std::span<const std::byte> key) override {
+    builder_.add(record, tokens, key);
   }
   void flush() override { builder_.flush(); }
   void resync(std::span<const RegisteredBlock> blocks) override { builder_.resync(blocks); }

@@ -86,6 +86,11 @@ struct BatchStoreOptions {
   uint32_t priority = 0;
   // Keys per request to kvpoold (the answer of one request must fit its response ring).
   uint32_t keys_per_request = 128;
+  // A set sends each namespaced key (up to 4096 bytes) with its register, so that the pool's
+  // Stored events carry it (kvpool-events --vllm-block-hashes key, docs/batch-store.md
+  // "Events"). Off: the register carries no keys (events name the index hash only; a
+  // kvpoold from before keys refuses a register with them).
+  bool event_keys = true;
   // Testing only: index hashes keep only their low `index_bits` bits, so that distinct keys
   // collide in the registry (tests of the no-false-hit rule). 64 in production.
   uint32_t index_bits = 64;

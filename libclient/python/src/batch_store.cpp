@@ -64,13 +64,14 @@ class BatchStoreObject {
  public:
   BatchStoreObject(const Client& client, const std::string& pool, const py::bytes& ns,
                    uint32_t max_key_bytes, uint32_t priority, uint32_t keys_per_request,
-                   uint32_t index_bits) {
+                   uint32_t index_bits, bool event_keys) {
     BatchStoreOptions o;
     o.key_namespace = ns.cast<std::string>();
     o.max_key_bytes = max_key_bytes;
     o.priority = priority;
     o.keys_per_request = keys_per_request;
     o.index_bits = index_bits;
+    o.event_keys = event_keys;
     store_.emplace(check(BatchStore::open(client, pool, o)));
   }
   ~BatchStoreObject() { close(); }
@@ -199,10 +200,11 @@ void bind_batch_store(py::module_& m) {
       "the round trips to kvpoold and the copies; event_fd() becomes readable; drain() or\n"
       "wait(id) take the completions.")
       .def(py::init<const Client&, const std::string&, const py::bytes&, uint32_t, uint32_t,
-                    uint32_t, uint32_t>(),
+                    uint32_t, uint32_t, bool>(),
            py::arg("client"), py::arg("pool"), py::arg("key_namespace") = py::bytes(),
            py::arg("max_key_bytes") = 448, py::arg("priority") = 0,
-           py::arg("keys_per_request") = 128, py::arg("index_bits") = 64)
+           py::arg("keys_per_request") = 128, py::arg("index_bits") = 64,
+           py::arg("event_keys") = true)
       .def("submit", &BatchStoreObject::submit, py::arg("op"), py::arg("keys"),
            py::arg("buffers") = py::none(),
            "Queues a batch; returns its id. op: 'exists', 'get', 'set', 'delete',\n"

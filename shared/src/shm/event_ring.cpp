@@ -21,8 +21,14 @@ void load_payload(const EventSlot& slot, EventPayload* p) {
   std::memcpy(p, words, sizeof(words));
 }
 
+constexpr uint32_t kChunkWords = kTokensPerChunk / 2;
+
 constexpr uint32_t chunks_for(size_t tokens) {
   return static_cast<uint32_t>((tokens + kTokensPerChunk - 1) / kTokensPerChunk);
+}
+
+constexpr uint32_t key_chunks_for(size_t bytes) {
+  return static_cast<uint32_t>((bytes + kKeyBytesPerChunk - 1) / kKeyBytesPerChunk);
 }
 
 constexpr uint64_t token_pair(const uint32_t* t, size_t have) {
@@ -78,57 +84,79 @@ Result<EventRingWriter> EventRingWriter::create(void* memory, size_t bytes, uint
   return w;
 }
 
-bool EventRingWriter::write_tokens(uint64_t id, std::span<const uint32_t> tokens,
-                                   uint32_t* first_slot) {
-  const uint32_t n = chunks_for(tokens.size());
-  // Half the area at most: a record's tokens must not overwrite the previous record's
-  // before a reader that keeps up could copy them.
-  if (tokens.size() > kEventMaxTokens || n > (token_mask_ + 1) / 2) return false;
-  *first_slot = static_cast<uint32_t>(next_chunk_ & token_mask_);
-  const uint64_t count = tokens.size();
-  for (uint32_t part = 0; part < n; ++part) {
-    TokenChunk& c = chunks_[(next_chunk_ + part) & token_mask_];
-    // Seqlock write, as for a slot: odd word, fence, contents, even word with release.
-    const uint64_t s = c.seq.load(std::memory_order_relaxed);
-    c.seq.store(s + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    c.owner.store(id, std::memory_order_relaxed);
-    c.shape.store(uint64_t{part} | count << 32, std::memory_order_relaxed);
+void EventRingWriter::write_chunk(uint64_t id, uint64_t shape, const uint64_t* words) {
+  TokenChunk& c = chunks_[next_chunk_ & token_mask_];
+  // Seqlock write, as for a slot: odd word, fence, contents, even word with release.
+  const uint64_t s = c.seq.load(std::memory_order_relaxed);
+  c.seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  c.owner.store(id, std::memory_order_relaxed);
+  c.shape.store(shape, std::memory_order_relaxed);
+  for (uint32_t w = 0; w < kChunkWords; ++w) c.words[w].store(words[w], std::memory_order_relaxed);
+  c.seq.store(s + 2, std::memory_order_release);
+  ++next_chunk_;
+}
+
+void EventRingWriter::write_extras(uint64_t id, std::span<const uint32_t> tokens,
+                                   std::span<const std::byte> key, EventPayload& p) {
+  // Half the area at most: a record's chunks must not overwrite the previous record's
+  // before a reader that keeps up could copy them. The key first: it names the block.
+  const uint32_t half = (token_mask_ + 1) / 2;
+  uint32_t t = tokens.empty() || tokens.size() > kEventMaxTokens ? 0 : chunks_for(tokens.size());
+  uint32_t k = key.empty() || key.size() > kEventMaxKeyBytes ? 0 : key_chunks_for(key.size());
+  if (k > half) k = 0;
+  if (t > half || t + k > half) t = 0;
+  if (!tokens.empty() && t == 0) ++tokens_left_out_;
+  if (!key.empty() && k == 0) ++keys_left_out_;
+  if (t + k == 0) return;
+  p.token_slot = static_cast<uint32_t>(next_chunk_ & token_mask_);
+  uint64_t words[kChunkWords];
+  for (uint32_t part = 0; part < t; ++part) {
     const size_t base = size_t{part} * kTokensPerChunk;
-    for (uint32_t w = 0; w < kTokensPerChunk / 2; ++w) {
+    for (uint32_t w = 0; w < kChunkWords; ++w) {
       const size_t at = base + size_t{w} * 2;
-      const uint64_t v = at < tokens.size() ? token_pair(&tokens[at], tokens.size() - at) : 0;
-      c.words[w].store(v, std::memory_order_relaxed);
+      words[w] = at < tokens.size() ? token_pair(&tokens[at], tokens.size() - at) : 0;
     }
-    c.seq.store(s + 2, std::memory_order_release);
+    write_chunk(id, uint64_t{part} | uint64_t{tokens.size()} << 32, words);
   }
-  next_chunk_ += n;
-  return true;
+  const uint64_t key_shape = uint64_t{static_cast<uint32_t>(key.size()) | kKeyChunkBit} << 32;
+  for (uint32_t part = 0; part < k; ++part) {
+    const size_t base = size_t{part} * kKeyBytesPerChunk;
+    for (uint32_t w = 0; w < kChunkWords; ++w) {
+      uint64_t v = 0;
+      for (size_t b = 0; b < 8; ++b) {
+        const size_t at = base + size_t{w} * 8 + b;
+        if (at < key.size()) v |= uint64_t{std::to_integer<uint8_t>(key[at])} << (8 * b);
+      }
+      words[w] = v;
+    }
+    write_chunk(id, part | key_shape, words);
+  }
+  if (t != 0) p.flags |= kEventHasTokens;
+  if (k != 0) p.flags |= kEventHasKey;
 }
 
 uint64_t EventRingWriter::append(std::span<EventPayload> records,
-                                 std::span<const std::span<const uint32_t>> tokens) {
+                                 std::span<const std::span<const uint32_t>> tokens,
+                                 std::span<const std::span<const std::byte>> keys) {
   const uint64_t first = next_id_;
   const auto n = static_cast<uint32_t>(records.size());
   const bool with_tokens = tokens.size() == records.size();
+  const bool with_keys = keys.size() == records.size();
   for (uint32_t i = 0; i < n; ++i) {
     EventPayload& p = records[i];
     p.batch_id = first;
     p.batch_size = n;
-    // The producer's own facts (parent, tier) stay; the batch and token flags are set here.
+    // The producer's own facts (parent, tier) stay; the batch, token and key flags are set here.
     p.flags = static_cast<uint8_t>(p.flags & (kEventHasParent | kEventTierDisk));
     p.token_slot = 0;
     if (i == 0) p.flags |= kEventBatchFirst;
     if (i + 1 == n) p.flags |= kEventBatchLast;
     const uint64_t id = first + i;
     // The chunks before the record: the record's release store below publishes them too.
-    if (with_tokens && !tokens[i].empty()) {
-      if (write_tokens(id, tokens[i], &p.token_slot)) {
-        p.flags |= kEventHasTokens;
-      } else {
-        ++tokens_left_out_;
-      }
-    }
+    if (with_tokens || with_keys)
+      write_extras(id, with_tokens ? tokens[i] : std::span<const uint32_t>(),
+                   with_keys ? keys[i] : std::span<const std::byte>(), p);
     EventSlot& slot = slots_[id & mask_];
     // Seqlock write: odd word first, then the payload, then the even word with release.
     slot.seq.store(2 * id + 1, std::memory_order_relaxed);
@@ -180,27 +208,31 @@ Result<EventRingReader> EventRingReader::attach(const void* memory, size_t bytes
   return r;
 }
 
+bool EventRingReader::copy_chunk(uint32_t index, uint64_t id, uint32_t part, uint64_t* shape,
+                                 uint64_t* words) const {
+  const TokenChunk& c = chunks_[index & (token_chunks_ - 1)];
+  const uint64_t s1 = c.seq.load(std::memory_order_acquire);
+  const uint64_t owner = c.owner.load(std::memory_order_relaxed);
+  *shape = c.shape.load(std::memory_order_relaxed);
+  for (uint32_t w = 0; w < kChunkWords; ++w) words[w] = c.words[w].load(std::memory_order_relaxed);
+  if (token_hook_ != nullptr) token_hook_(token_hook_arg_);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t s2 = c.seq.load(std::memory_order_relaxed);
+  // Torn (written while we copied), or reused by a later record: gone.
+  return (s1 & 1) == 0 && s1 == s2 && owner == id && static_cast<uint32_t>(*shape) == part;
+}
+
 bool EventRingReader::read_tokens(const EventRecord& record, std::vector<uint32_t>* out) const {
   out->clear();
   if (!record.has_tokens() || chunks_ == nullptr || record.payload.token_slot >= token_chunks_)
     return false;
-  const uint32_t mask = token_chunks_ - 1;
   uint64_t count = 0;
   uint32_t parts = 1;  // known once the first chunk is read
+  uint64_t words[kChunkWords];
   for (uint32_t part = 0; part < parts; ++part) {
-    const TokenChunk& c = chunks_[(record.payload.token_slot + part) & mask];
-    const uint64_t s1 = c.seq.load(std::memory_order_acquire);
-    const uint64_t owner = c.owner.load(std::memory_order_relaxed);
-    const uint64_t shape = c.shape.load(std::memory_order_relaxed);
-    uint64_t words[kTokensPerChunk / 2];
-    for (uint32_t w = 0; w < kTokensPerChunk / 2; ++w)
-      words[w] = c.words[w].load(std::memory_order_relaxed);
-    if (token_hook_ != nullptr) token_hook_(token_hook_arg_);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    const uint64_t s2 = c.seq.load(std::memory_order_relaxed);
-    // Torn (written while we copied), or reused by a later record: the tokens are gone.
-    if ((s1 & 1) != 0 || s1 != s2 || owner != record.event_id ||
-        static_cast<uint32_t>(shape) != part) {
+    uint64_t shape = 0;
+    if (!copy_chunk(record.payload.token_slot + part, record.event_id, part, &shape, words) ||
+        (part > 0 && shape >> 32 != count)) {
       out->clear();
       return false;
     }
@@ -209,14 +241,48 @@ bool EventRingReader::read_tokens(const EventRecord& record, std::vector<uint32_
       parts = chunks_for(count);
       if (count == 0 || count > kEventMaxTokens || parts > token_chunks_) return false;
       out->reserve(count);
-    } else if (shape >> 32 != count) {
-      out->clear();
-      return false;
     }
-    for (uint32_t w = 0; w < kTokensPerChunk / 2 && out->size() < count; ++w) {
+    for (uint32_t w = 0; w < kChunkWords && out->size() < count; ++w) {
       out->push_back(static_cast<uint32_t>(words[w]));
       if (out->size() < count) out->push_back(static_cast<uint32_t>(words[w] >> 32));
     }
+  }
+  return true;
+}
+
+bool EventRingReader::read_key(const EventRecord& record, std::vector<std::byte>* out) const {
+  out->clear();
+  if (!record.has_key() || chunks_ == nullptr || record.payload.token_slot >= token_chunks_)
+    return false;
+  uint64_t words[kChunkWords];
+  uint64_t shape = 0;
+  // The key's chunks follow the token chunks: their count is in the first token chunk.
+  uint32_t at = record.payload.token_slot;
+  if (record.has_tokens()) {
+    if (!copy_chunk(at, record.event_id, 0, &shape, words)) return false;
+    const uint64_t count = shape >> 32;
+    if (count == 0 || count > kEventMaxTokens) return false;
+    at += chunks_for(count);
+  }
+  uint64_t bytes = 0;
+  uint32_t parts = 1;  // known once the first key chunk is read
+  for (uint32_t part = 0; part < parts; ++part) {
+    const uint64_t want = uint64_t{static_cast<uint32_t>(bytes) | kKeyChunkBit};
+    if (!copy_chunk(at + part, record.event_id, part, &shape, words) ||
+        (part > 0 && shape >> 32 != want)) {
+      out->clear();
+      return false;
+    }
+    if (part == 0) {
+      if (((shape >> 32) & kKeyChunkBit) == 0) return false;
+      bytes = (shape >> 32) & ~uint64_t{kKeyChunkBit};
+      parts = key_chunks_for(bytes);
+      if (bytes == 0 || bytes > kEventMaxKeyBytes || parts > token_chunks_) return false;
+      out->reserve(bytes);
+    }
+    for (uint32_t w = 0; w < kChunkWords; ++w)
+      for (uint32_t b = 0; b < 8 && out->size() < bytes; ++b)
+        out->push_back(static_cast<std::byte>(words[w] >> (8 * b)));
   }
   return true;
 }

@@ -47,6 +47,13 @@ bool PoolEventRings::read_tokens(const EventRecord& record, std::vector<uint32_t
   return false;
 }
 
+bool PoolEventRings::read_key(const EventRecord& record, std::vector<std::byte>* out) const {
+  for (const Ring& r : rings_)
+    if (r.pool == record.payload.pool) return r.reader.read_key(record, out);
+  out->clear();
+  return false;
+}
+
 std::vector<uint64_t> PoolEventRings::published() const {
   std::vector<uint64_t> ids;
   for (const Ring& r : rings_) ids.push_back(r.reader.published());

@@ -33,6 +33,13 @@
 // chunk and gets the exact tokens or none (never another block's). Event ids, slots and
 // records are the same with or without tokens, and readers that do not ask for tokens never
 // read the area.
+//
+// An opaque key (a BatchStore block's namespaced key, docs/batch-store.md) travels the same
+// way: a Stored record with kEventHasKey has ceil(bytes / kKeyBytesPerChunk) key chunks
+// right after its token chunks (from token_slot when it has no tokens), each naming the
+// event id, its part index within the key and the key's length with kKeyChunkBit set (a
+// token reader that meets one sees a count over kEventMaxTokens and takes no tokens). A
+// reader that predates keys ignores the flag: it reads the tokens as before.
 #pragma once
 
 #include <atomic>
@@ -64,10 +71,14 @@ inline constexpr uint8_t kEventHasTokens = 8;   // Stored: token_slot names its 
 // block may be in both, and each tier has its own Stored and Removed. Readers that predate
 // the flag must not take these for host events (kvpool-events and kvpoolctl know it).
 inline constexpr uint8_t kEventTierDisk = 16;
+// Stored: key chunks follow the record's token chunks (or start at token_slot).
+inline constexpr uint8_t kEventHasKey = 32;
 
 // Most token ids one record carries (a block's page_size): a larger block's record carries
 // none. Bounds what a reader copies and what one record takes of the token area.
 inline constexpr uint32_t kEventMaxTokens = 4096;
+// Most key bytes one record carries (a longer key's record carries none).
+inline constexpr uint32_t kEventMaxKeyBytes = 4096;
 
 // What one record says. Readers get a copy; the producer fills everything but the batch
 // fields, which append() writes.
@@ -82,7 +93,8 @@ struct EventPayload {
   uint16_t pool;           // pool index (PoolInfo order)
   uint8_t type;            // EventType
   uint8_t flags;           // kEventHasParent | kEventBatchFirst | ...Last | ...Tokens | ...TierDisk
-  uint32_t token_slot;     // with kEventHasTokens: index of the first TokenChunk (else 0)
+                           // | ...HasKey
+  uint32_t token_slot;     // with kEventHasTokens or kEventHasKey: the first TokenChunk (else 0)
 };
 static_assert(std::is_standard_layout_v<EventPayload> &&
               std::is_trivially_copyable_v<EventPayload>);
@@ -112,6 +124,10 @@ struct TokenChunk {
 };
 static_assert(std::is_standard_layout_v<TokenChunk>);
 static_assert(sizeof(TokenChunk) == 128);
+// A key chunk carries 104 bytes (the same 13 words, little end first); its shape's high half
+// is the key's length with this bit set, so that no token count can be mistaken for it.
+inline constexpr uint32_t kKeyBytesPerChunk = sizeof(TokenChunk::words);
+inline constexpr uint32_t kKeyChunkBit = 1u << 31;
 
 // Chunks of the token area of a ring of `capacity` slots: one per two slots, so that the
 // tokens of the newest capacity / 2 blocks of up to kTokensPerChunk tokens stay readable.
@@ -149,6 +165,7 @@ struct EventRecord {
   bool batch_last() const { return (payload.flags & kEventBatchLast) != 0; }
   bool has_tokens() const { return (payload.flags & kEventHasTokens) != 0; }
   bool disk_tier() const { return (payload.flags & kEventTierDisk) != 0; }
+  bool has_key() const { return (payload.flags & kEventHasKey) != 0; }
 };
 
 // kInvalidArgument unless capacity is a power of two in [2, kEventRingMaxCapacity].
@@ -172,20 +189,27 @@ class EventRingWriter {
   // `tokens`: empty, or one span per record (empty: none), written to the token area and
   // flagged kEventHasTokens. A record's tokens are left out (and counted in
   // tokens_left_out) when there are more than kEventMaxTokens or they would take more than
-  // half the area.
+  // half the area. `keys` likewise (kEventHasKey, kEventMaxKeyBytes, keys_left_out); when a
+  // record's tokens and key do not fit half the area together, its key goes alone.
   uint64_t append(std::span<EventPayload> records,
-                  std::span<const std::span<const uint32_t>> tokens = {});
+                  std::span<const std::span<const uint32_t>> tokens = {},
+                  std::span<const std::span<const std::byte>> keys = {});
   uint64_t append(EventPayload record) { return append(std::span<EventPayload>(&record, 1)); }
 
   uint64_t next_id() const { return next_id_; }
   uint32_t capacity() const { return mask_ + 1; }
   uint32_t token_chunks() const { return token_mask_ + 1; }
   uint64_t tokens_left_out() const { return tokens_left_out_; }
+  uint64_t keys_left_out() const { return keys_left_out_; }
   bool valid() const { return header_ != nullptr; }
 
  private:
-  // Writes `tokens` of event `id` to the chunks from next_chunk_; false when they do not fit.
-  bool write_tokens(uint64_t id, std::span<const uint32_t> tokens, uint32_t* first_slot);
+  // Writes what fits of `tokens` and `key` of record `p` (event `id`) to the chunks from
+  // next_chunk_, and flags and points the record at them.
+  void write_extras(uint64_t id, std::span<const uint32_t> tokens, std::span<const std::byte> key,
+                    EventPayload& p);
+  // One chunk (seqlock write): owner `id`, `shape`, `words`.
+  void write_chunk(uint64_t id, uint64_t shape, const uint64_t* words);
 
   EventRingHeader* header_ = nullptr;
   EventSlot* slots_ = nullptr;
@@ -195,6 +219,7 @@ class EventRingWriter {
   uint64_t next_id_ = 1;     // the producer's own copy of header_->next_id
   uint64_t next_chunk_ = 0;  // chunks written so far; the next one is next_chunk_ & token_mask_
   uint64_t tokens_left_out_ = 0;
+  uint64_t keys_left_out_ = 0;
 };
 
 // A reader's view. Reads only: works on a read-only mapping. Not thread-safe (one reader
@@ -233,6 +258,9 @@ class EventRingReader {
   // has none or they were overwritten (a reader more than token_chunks chunks behind) or
   // torn while copied. May be called any time after next(); never returns other tokens.
   bool read_tokens(const EventRecord& record, std::vector<uint32_t>* out) const;
+  // The key of `record` (kEventHasKey), copied into *out: the exact bytes the producer wrote,
+  // or false (and *out empty), as read_tokens.
+  bool read_key(const EventRecord& record, std::vector<std::byte>* out) const;
   uint32_t token_chunks() const { return token_chunks_; }
 
   // Tests only: called between copying a slot and re-checking its sequence word, so a test
@@ -259,6 +287,11 @@ class EventRingReader {
   void* hook_arg_ = nullptr;
   void (*token_hook_)(void*) = nullptr;
   void* token_hook_arg_ = nullptr;
+
+  // Copies chunk `index` of record `id` (seqlock): true when it is whole, still the
+  // record's, and part `part` of it; *shape and words then hold what it says.
+  bool copy_chunk(uint32_t index, uint64_t id, uint32_t part, uint64_t* shape,
+                  uint64_t* words) const;
 };
 
 }  // namespace kvpool::shm

@@ -33,6 +33,8 @@ class PoolEventRings {
   uint64_t lost() const { return lost_; }
   // The token ids of `record` (from next()), exactly or none: EventRingReader::read_tokens.
   bool read_tokens(const EventRecord& record, std::vector<uint32_t>* out) const;
+  // Its key, exactly or none: EventRingReader::read_key.
+  bool read_key(const EventRecord& record, std::vector<std::byte>* out) const;
 
   // One id per ring (in ring order): what each producer has published so far, and where
   // this reader stands in each.

@@ -105,9 +105,11 @@ enum class Opcode : uint32_t {
   // in `pool` (issue 15). payload: one ReclaimHeader, then count ReclaimItem. Answer: the
   // BlockRefs of the items not given back (the client must not use those handles).
   kReclaim = 9,
-  // kRegister whose blocks' token ids go into the Stored events (RegisterOptions::send_tokens).
-  // payload: one RegisterTokensHeader, count RegisterItem, then count * tokens_per_block u32
-  // token ids (item i's at i * tokens_per_block). Answer: as kRegister.
+  // kRegister whose blocks' token ids and/or opaque keys go into the Stored events
+  // (RegisterOptions::send_tokens; a BatchStore's keys). payload: one RegisterExtrasHeader,
+  // count RegisterItem, then count * tokens_per_block u32 token ids (item i's at
+  // i * tokens_per_block), then, when key_bytes > 0, count u32 key lengths and the keys'
+  // key_bytes bytes one after the other (register_extras_bytes). Answer: as kRegister.
   kRegisterTokens = 10,
   // Opaque keys (libclient's BatchStore, DESIGN.md §6b): a key's block is found by a 64-bit
   // index hash, and the key itself is checked in the block by the client.
@@ -174,22 +176,30 @@ struct RegisterItem {
 static_assert(sizeof(RegisterItem) == 48 && std::is_trivially_copyable_v<RegisterItem>);
 static_assert(offsetof(RegisterItem, checksum) == 40, "no padding: the record travels in shm");
 
-// Heads a kRegisterTokens payload. tokens_per_block must be the pool's page_size (a block
-// registers only when complete), and at most kMaxRegisterTokens.
-struct RegisterTokensHeader {
+// Heads a kRegisterTokens payload. tokens_per_block is 0 (no token ids) or the pool's
+// page_size (a block registers only when complete), at most kMaxRegisterTokens. key_bytes
+// is 0 (no keys) or the total bytes of the keys (then each item has a key length, 0 for
+// "none", each at most kMaxRegisterKeyBytes). Before keys, key_bytes was a reserved 0, so
+// an older kvpoold refuses a register with keys ("reserved ... must be 0").
+struct RegisterExtrasHeader {
   uint32_t tokens_per_block;
-  uint32_t reserved;  // 0
+  uint32_t key_bytes;
 };
-static_assert(sizeof(RegisterTokensHeader) == 8 &&
-              std::is_trivially_copyable_v<RegisterTokensHeader>);
+static_assert(sizeof(RegisterExtrasHeader) == 8 &&
+              std::is_trivially_copyable_v<RegisterExtrasHeader>);
 // Most tokens per block a kRegisterTokens carries: what one event-ring record can carry
 // (shm::kEventMaxTokens, event_ring.hpp).
 inline constexpr uint32_t kMaxRegisterTokens = 4096;
+// Most bytes of one block's key (shm::kEventMaxKeyBytes).
+inline constexpr uint32_t kMaxRegisterKeyBytes = 4096;
 
-// Bytes of a kRegisterTokens payload of `count` blocks of `tokens_per_block` tokens.
-inline uint64_t register_tokens_bytes(uint32_t count, uint32_t tokens_per_block) {
-  return sizeof(RegisterTokensHeader) +
-         uint64_t{count} * (sizeof(RegisterItem) + uint64_t{tokens_per_block} * sizeof(uint32_t));
+// Bytes of a kRegisterTokens payload of `count` blocks of `tokens_per_block` tokens and
+// keys of `key_bytes` in all (0: no key section).
+inline uint64_t register_extras_bytes(uint32_t count, uint32_t tokens_per_block,
+                                      uint64_t key_bytes = 0) {
+  return sizeof(RegisterExtrasHeader) +
+         uint64_t{count} * (sizeof(RegisterItem) + uint64_t{tokens_per_block} * sizeof(uint32_t)) +
+         (key_bytes == 0 ? 0 : uint64_t{count} * sizeof(uint32_t) + key_bytes);
 }
 
 // ---- checksum requests (kVerify, kScrub) -------------------------------------------------
