@@ -275,12 +275,11 @@ std::optional<Adoption::Pool> Adoption::take(const PoolConfig& pc) {
     return empty("its arena header field max_owners is " +
                  std::to_string(prev->header().max_owners) + ", its daemon had max_clients " +
                  std::to_string(previous_.max_clients()) + " (and the keeper and the disk tier)");
-  const auto& ah = *static_cast<const pool::ArenaHeader*>(arena);
   Pool p;
   p.name = pc.name;
   p.arena = arena;
   p.arena_bytes = arena_bytes;
-  p.interrupted = (ah.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
+  p.interrupted = prev->interrupted();
   p.data = std::move(it->second);
   data_.erase(it);
   return p;

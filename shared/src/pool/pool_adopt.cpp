@@ -32,10 +32,26 @@
 #include <string>
 #include <vector>
 
+#include "kvpool/pool/arena_invariants.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/pool/previous_arena.hpp"
 
 namespace kvpool::pool {
+
+// What adoption does with each block of the previous arena, decided before anything of this
+// core changes.
+struct AdoptionPlan {
+  struct Kept {
+    uint32_t id;
+    bool was_active;
+    uint64_t order;  // returned_tick (inactive) or acquired_tick (active)
+  };
+  std::vector<Kept> kept;       // proven registered, nobody live holds them: inactive
+  std::vector<uint32_t> held;   // proven registered, a live client holds them: keeper's reference
+  std::vector<uint32_t> withheld;  // a live client holds them, unproven: keeper's mutable block
+  std::vector<uint8_t> keep;    // per block: not free (kept, held or withheld)
+};
+
 namespace {
 
 // What a kept block carries over from its record in the old arena: its registration and
@@ -49,176 +65,176 @@ void copy_registration(const BlockMeta& m, BlockMeta& b) {
   b.acquired_tick = m.acquired_tick;
 }
 
-}  // namespace
-
-Status arena_tables_have_room(const ArenaHeader& h) {
-  const char* base = reinterpret_cast<const char*>(&h);
-  const struct {
-    const char* name;
-    uint64_t offset;
-    uint32_t capacity;
-  } tables[] = {{"hash table", h.off_table, h.table_capacity},
-                {"hold table", h.off_hold_table, h.hold_table_capacity},
-                {"level table", h.off_level_table, h.level_table_capacity}};
-  for (const auto& t : tables) {
-    const auto* e = reinterpret_cast<const TableEntry*>(base + t.offset);
-    uint32_t used = 0;
-    for (uint32_t i = 0; i < t.capacity; ++i) used += e[i].used != 0;
-    if (used > t.capacity / 2)
-      return Status(ErrorCode::kInternal, std::string("the ") + t.name + " has " +
-                                              std::to_string(used) + " of " +
-                                              std::to_string(t.capacity) +
-                                              " slots used; a sound one is at most half full");
+// What live previous clients held: their mutable blocks and every block a hold of theirs
+// names. (In an interrupted arena a hold may be half-written: pinning a block too many is
+// safe, it only stays out of circulation a while longer.)
+std::vector<uint8_t> find_pinned(const PreviousArena& prev, std::span<const uint8_t> live_owners,
+                                 std::vector<AdoptPin>* pins) {
+  const uint32_t n = prev.num_blocks();
+  std::vector<uint8_t> pinned(n, 0);
+  if (live_owners.empty()) return pinned;
+  auto live = [&](uint32_t owner) { return owner < live_owners.size() && live_owners[owner]; };
+  for (uint32_t id = 0; id < n; ++id) {
+    const BlockMeta& m = prev.block(id);
+    if (m.state == static_cast<uint8_t>(BlockStateCode::kMutable) && live(m.owner)) {
+      pinned[id] = 1;
+      if (pins) pins->push_back({m.owner, id, m.generation, 0});
+    }
   }
-  return Status::ok();
+  for (uint32_t h = 0; h < prev.header().max_holds; ++h) {
+    const HoldEntry& e = prev.hold(h);
+    if (e.count > 0 && e.block < n && live(e.owner)) {
+      pinned[e.block] = 1;
+      if (pins) pins->push_back({e.owner, e.block, prev.block(e.block).generation, e.count});
+    }
+  }
+  return pinned;
 }
 
-Result<PoolCore> open_previous_arena(const void* memory, size_t bytes, std::string name) {
-  // attach() validates the header; this core is only read (no write call is made on it).
-  auto prev = PoolCore::attach(const_cast<void*>(memory), bytes, 0, std::move(name));
-  if (!prev) return prev.status();
-  KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(prev->header()));
+}  // namespace
+
+Result<PreviousArena> open_previous_arena(const void* memory, size_t bytes, std::string name) {
+  KVPOOL_RETURN_IF_ERROR(validate_arena(memory, bytes));
+  PreviousArena prev(locate_regions(memory), std::move(name));
+  KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(prev.header()));
   // Its daemon died between two pool calls: then every structure was complete, and any
   // broken invariant means someone wrote where nobody may. Nothing of it is served.
-  if ((prev->header().stats.write_seq.load(std::memory_order_relaxed) & 1) == 0)
-    if (Status inv = prev->check_invariants(); !inv.is_ok())
+  if (!prev.interrupted())
+    if (Status inv = check_arena_invariants(prev.regions()); !inv.is_ok())
       return Status(ErrorCode::kInternal, "its arena is corrupt (" + inv.message() + ")");
   return prev;
 }
 
-Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
-                                             std::span<const uint8_t> live_owners, uint32_t keeper,
-                                             std::vector<AdoptPin>* pins) {
-  // `previous` is hostile input: attach() validated every size and offset of its header
-  // against its block count, and every index read below is bounded before use (a block id
-  // by num_blocks, an owner by live_owners, a hold by max_holds).
-  const ArenaHeader& ph = *previous.header_;
-  if (ph.num_blocks != header_->num_blocks)
+Status PoolCore::adopt_checks(const PreviousArena& previous, std::span<const uint8_t> live_owners,
+                              uint32_t keeper) const {
+  const ArenaHeader& h = *arena_.header;
+  if (previous.num_blocks() != h.num_blocks)
     return Status(ErrorCode::kInvalidState,
-                  "pool '" + name_ + "': the previous arena has " + std::to_string(ph.num_blocks) +
-                      " blocks, this pool " + std::to_string(header_->num_blocks));
-  if (header_->stats.free_blocks.load(std::memory_order_relaxed) != header_->num_blocks ||
-      header_->registered != 0)
+                  "pool '" + name_ + "': the previous arena has " +
+                      std::to_string(previous.num_blocks()) + " blocks, this pool " +
+                      std::to_string(h.num_blocks));
+  if (free_.size() != h.num_blocks || registry_.size() != 0)
     return Status(ErrorCode::kInvalidState,
                   "pool '" + name_ + "': adoption needs a freshly created pool");
-
   // A linear-probing look-up ends at an empty slot: a scribbled table with none would never
-  // end. (validate() bounded its capacity and offset by the block count.)
+  // end. (validate_arena() bounded its capacity and offset by the block count.)
   KVPOOL_RETURN_IF_ERROR(arena_tables_have_room(previous.header()));
-
-  if (!live_owners.empty() && keeper >= header_->max_owners)
+  if (!live_owners.empty() && keeper >= h.max_owners)
     return Status(ErrorCode::kInvalidState,
                   "pool '" + name_ + "': no owner to keep the previous clients' blocks");
+  return Status::ok();
+}
 
-  AdoptCounts out;
-  out.interrupted = (ph.stats.write_seq.load(std::memory_order_relaxed) & 1) != 0;
-  const uint32_t n = header_->num_blocks;
-  // What live previous clients held: their mutable blocks and every block a hold of theirs
-  // names. (In an interrupted arena a hold may be half-written: pinning a block too many is
-  // safe, it only stays out of circulation a while longer.)
-  std::vector<uint8_t> pinned(n, 0);
-  auto live = [&](uint32_t owner) { return owner < live_owners.size() && live_owners[owner]; };
-  if (!live_owners.empty()) {
-    for (uint32_t id = 0; id < n; ++id) {
-      const BlockMeta& m = previous.blocks_[id];
-      if (m.state == static_cast<uint8_t>(BlockStateCode::kMutable) && live(m.owner)) {
-        pinned[id] = 1;
-        if (pins) pins->push_back({m.owner, id, m.generation, 0});
-      }
-    }
-    for (uint32_t h = 0; h < ph.max_holds; ++h) {
-      const HoldEntry& e = previous.holds_[h];
-      if (e.count > 0 && e.block < n && live(e.owner)) {
-        pinned[e.block] = 1;
-        if (pins)
-          pins->push_back({e.owner, e.block, previous.blocks_[e.block].generation, e.count});
-      }
-    }
-  }
-  struct Kept {
-    uint32_t id;
-    bool was_active;
-    uint64_t order;  // returned_tick (inactive) or acquired_tick (active)
-  };
-  std::vector<Kept> kept;
-  std::vector<uint32_t> kept_held, withheld;  // for live clients: registered; the others
-  std::vector<uint8_t> keep(n, 0);            // not free: kept or withheld
-  uint32_t holds_left = holds_free();
+namespace {
+
+// Sorts every block of the previous arena into the plan, counting what is freed and dropped.
+// `holds_left`: hold entries the keeper may take for blocks live clients hold.
+void plan_adoption(const PreviousArena& prev, const std::vector<uint8_t>& pinned,
+                   uint32_t holds_left, AdoptionPlan& plan, AdoptCounts& out) {
+  const uint32_t n = prev.num_blocks();
+  plan.keep.assign(n, 0);
   for (uint32_t id = 0; id < n; ++id) {
-    const BlockMeta& m = previous.blocks_[id];
+    const BlockMeta& m = prev.block(id);
     const auto st = static_cast<BlockStateCode>(m.state);
     if (st == BlockStateCode::kMutable && !pinned[id]) ++out.freed;
     const bool registered_state = st == BlockStateCode::kActive || st == BlockStateCode::kInactive;
-    const bool proven = registered_state && (m.flags & kFlagPoisoned) == 0 &&
-                        previous.table_.find(m.sequence_hash) == id;
+    const bool proven =
+        registered_state && (m.flags & kFlagPoisoned) == 0 && prev.find(m.sequence_hash) == id;
     // A state byte out of range, a poisoned block, or no witness.
     if (st != BlockStateCode::kFree && st != BlockStateCode::kMutable && !proven) ++out.dropped;
     if (pinned[id]) {
-      keep[id] = 1;
+      plan.keep[id] = 1;
       if (proven && holds_left > 0) {
         --holds_left;
-        kept_held.push_back(id);
+        plan.held.push_back(id);
       } else {
-        withheld.push_back(id);
+        plan.withheld.push_back(id);
       }
       continue;
     }
     if (!proven) continue;
-    keep[id] = 1;
-    kept.push_back({id, st == BlockStateCode::kActive,
-                    st == BlockStateCode::kActive ? m.acquired_tick : m.returned_tick});
+    plan.keep[id] = 1;
+    plan.kept.push_back({id, st == BlockStateCode::kActive,
+                         st == BlockStateCode::kActive ? m.acquired_tick : m.returned_tick});
   }
-  std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
+  // The previously inactive first in return order, then the previously active in the order
+  // they were acquired.
+  std::sort(plan.kept.begin(), plan.kept.end(), [](const AdoptionPlan::Kept& a, const AdoptionPlan::Kept& b) {
     if (a.was_active != b.was_active) return !a.was_active;
     return a.order < b.order;
   });
+}
 
-  // No write section: nobody reads this arena before the daemon says READY.
+}  // namespace
+
+void PoolCore::adopt_apply(const PreviousArena& previous, const AdoptionPlan& plan,
+                           uint32_t keeper) {
+  ArenaHeader& h = *arena_.header;
   // Ticks go on from the previous daemon's, so every tick issued from here on is newer.
-  header_->tick = std::max(header_->tick, ph.tick);
+  h.tick = std::max(h.tick, previous.header().tick);
   // The free FIFO again, without the kept blocks, in id order.
-  header_->free_head = kNone;
-  header_->free_tail = kNone;
-  header_->stats.free_blocks.store(0, std::memory_order_relaxed);
-  for (uint32_t id = 0; id < n; ++id) {
-    blocks_[id].generation = previous.blocks_[id].generation;
-    if (!keep[id]) free_push(id);
+  h.free_head = kNone;
+  h.free_tail = kNone;
+  h.stats.free_blocks.store(0, std::memory_order_relaxed);
+  for (uint32_t id = 0; id < h.num_blocks; ++id) {
+    arena_.blocks[id].generation = previous.block(id).generation;
+    if (!plan.keep[id]) free_.push(id);
   }
-  for (const Kept& k : kept) {
-    const BlockMeta& m = previous.blocks_[k.id];
-    BlockMeta& b = blocks_[k.id];
-    copy_registration(m, b);
-    b.returned_tick = ++header_->tick;
+  for (const AdoptionPlan::Kept& k : plan.kept) {
+    BlockMeta& b = arena_.blocks[k.id];
+    copy_registration(previous.block(k.id), b);
+    b.returned_tick = ++h.tick;
     b.refcount = 0;
-    checksums_[k.id] = previous.checksums_[k.id];
-    table_.insert(b.sequence_hash, k.id);
-    ++header_->registered;
-    inactive_push(k.id);
+    arena_.checksums[k.id] = previous.checksum(k.id);
+    registry_.insert(b.sequence_hash, k.id);
+    inactive_.push(k.id);
   }
-  for (uint32_t id : kept_held) {  // registered, one reference held by the keeper
-    const BlockMeta& m = previous.blocks_[id];
-    BlockMeta& b = blocks_[id];
+  for (uint32_t id : plan.held) {  // registered, one reference held by the keeper
+    const BlockMeta& m = previous.block(id);
+    BlockMeta& b = arena_.blocks[id];
     copy_registration(m, b);
     b.returned_tick = m.returned_tick;
     b.state = static_cast<uint8_t>(BlockStateCode::kActive);
     b.refcount = 1;
     b.prev = kNone;
     b.next = kNone;
-    checksums_[id] = previous.checksums_[id];
-    table_.insert(b.sequence_hash, id);
-    ++header_->registered;
-    add_hold(keeper, id);
-    auto& active = header_->stats.active_blocks;
+    arena_.checksums[id] = previous.checksum(id);
+    registry_.insert(b.sequence_hash, id);
+    holds_.add(keeper, id);
+    auto& active = h.stats.active_blocks;
     active.store(active.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  for (uint32_t id : withheld) owner_mutable_push(keeper, id);  // in nobody's reach
-  out.adopted = static_cast<uint32_t>(kept.size() + kept_held.size());
-  out.pinned = static_cast<uint32_t>(kept_held.size() + withheld.size());
+  for (uint32_t id : plan.withheld) holds_.push_mutable(keeper, id);  // in nobody's reach
+}
+
+Result<AdoptCounts> PoolCore::adopt_registry(const PreviousArena& previous,
+                                             std::span<const uint8_t> live_owners, uint32_t keeper,
+                                             std::vector<AdoptPin>* pins) {
+  // `previous` is hostile input: validate_arena() checked every size and offset of its
+  // header against its block count, and every index read here is bounded before use (a
+  // block id by num_blocks, an owner by live_owners, a hold by max_holds).
+  KVPOOL_RETURN_IF_ERROR(adopt_checks(previous, live_owners, keeper));
+  AdoptCounts out;
+  out.interrupted = previous.interrupted();
+  const std::vector<uint8_t> pinned = find_pinned(previous, live_owners, pins);
+  AdoptionPlan plan;
+  plan_adoption(previous, pinned, holds_.free_entries(), plan, out);
+  // No write section: nobody reads this arena before the daemon says READY.
+  adopt_apply(previous, plan, keeper);
+  out.adopted = static_cast<uint32_t>(plan.kept.size() + plan.held.size());
+  out.pinned = static_cast<uint32_t>(plan.held.size() + plan.withheld.size());
   if (Status s = check_invariants(); !s.is_ok())
     return Status(
         ErrorCode::kInternal,
         "pool '" + name_ + "': the adopted registry fails its invariants: " + s.message());
   return out;
+}
+
+Result<AdoptCounts> PoolCore::adopt_registry(const PoolCore& previous,
+                                             std::span<const uint8_t> live_owners, uint32_t keeper,
+                                             std::vector<AdoptPin>* pins) {
+  return adopt_registry(PreviousArena(previous.regions(), previous.name()), live_owners, keeper,
+                        pins);
 }
 
 }  // namespace kvpool::pool

@@ -1,5 +1,6 @@
-// What every writer of a pool arena shares (pool_core.cpp, pool_keyed.cpp): the write
-// sequence readers use to see a call in progress (counters: kvpool/core/counter.hpp).
+// What every file of the pool core that changes the arena shares (pool_core.cpp,
+// pool_release.cpp, pool_keyed.cpp, ...): the write sequence readers use to see a call in
+// progress (counters: kvpool/core/counter.hpp).
 #pragma once
 
 #include <atomic>

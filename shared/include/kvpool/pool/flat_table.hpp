@@ -9,10 +9,13 @@
 
 namespace kvpool::pool {
 
-class FlatTable {
+// The read side of a table: what a const arena view (a dead daemon's arena, a snapshot)
+// may do with it.
+class FlatTableReader {
  public:
-  FlatTable() = default;
-  FlatTable(TableEntry* entries, uint32_t capacity) : e_(entries), mask_(capacity - 1) {}
+  FlatTableReader() = default;
+  FlatTableReader(const TableEntry* entries, uint32_t capacity)
+      : e_(entries), mask_(capacity - 1) {}
 
   // Sequence hashes are already uniform, but hold keys (owner << 32 | block) are not:
   // a Fibonacci multiply spreads both for the price of one instruction.
@@ -27,6 +30,22 @@ class FlatTable {
       if (en.key == key) return en.value;
     }
   }
+
+  void prefetch(uint64_t key) const { __builtin_prefetch(&e_[slot_of(key, mask_)]); }
+
+ private:
+  const TableEntry* e_ = nullptr;
+  uint32_t mask_ = 0;
+};
+
+class FlatTable {
+ public:
+  FlatTable() = default;
+  FlatTable(TableEntry* entries, uint32_t capacity) : e_(entries), mask_(capacity - 1) {}
+
+  FlatTableReader reader() const { return FlatTableReader(e_, mask_ + 1); }
+  uint32_t find(uint64_t key) const { return reader().find(key); }
+  void prefetch(uint64_t key) const { reader().prefetch(key); }
 
   // The key must be absent (callers look it up first).
   void insert(uint64_t key, uint32_t value) {
@@ -58,9 +77,10 @@ class FlatTable {
     return true;
   }
 
-  void prefetch(uint64_t key) const { __builtin_prefetch(&e_[slot_of(key, mask_)]); }
-
  private:
+  static uint32_t slot_of(uint64_t key, uint32_t mask) {
+    return FlatTableReader::slot_of(key, mask);
+  }
   TableEntry* e_ = nullptr;
   uint32_t mask_ = 0;
 };

@@ -15,6 +15,14 @@
 // with kInvalidHandle and changes nothing.
 //
 // Single-threaded: the caller serialises all calls (the daemon's progress engine).
+//
+// The core is the operations; each concept it keeps in the arena has its own class, the way
+// Dynamo's kvbm-logical splits pools/, registry/ and events/: the free FIFO (free_fifo.hpp),
+// the inactive levels (inactive_levels.hpp), what owners hold (owner_holds.hpp), the registry
+// and its events (registry.hpp), quotas (owner_quota.hpp), the arena's layout
+// (arena_layout.hpp) and invariants (arena_invariants.hpp). The core's own files: the
+// operations (pool_core.cpp), releases (pool_release.cpp), checksums (pool_checksums.cpp),
+// opaque keys (pool_keyed.cpp), adoption (pool_adopt.cpp) and hand-over (pool_hand_over.cpp).
 #pragma once
 
 #include <cstddef>
@@ -25,8 +33,14 @@
 
 #include "kvpool/core/status.hpp"
 #include "kvpool/pool/arena.hpp"
+#include "kvpool/pool/arena_layout.hpp"
 #include "kvpool/pool/events.hpp"
-#include "kvpool/pool/flat_table.hpp"
+#include "kvpool/pool/free_fifo.hpp"
+#include "kvpool/pool/inactive_levels.hpp"
+#include "kvpool/pool/owner_holds.hpp"
+#include "kvpool/pool/owner_quota.hpp"
+#include "kvpool/pool/previous_arena.hpp"
+#include "kvpool/pool/registry.hpp"
 #include "kvpool/shm/protocol.hpp"
 
 namespace kvpool::pool {
@@ -35,24 +49,7 @@ namespace kvpool::pool {
 using proto::BlockRef;
 using proto::RegisterItem;
 
-struct PoolCoreConfig {
-  uint32_t num_blocks = 0;
-  uint32_t max_owners = 1;
-  uint32_t max_holds = 0;  // 0: 2 * num_blocks + 64
-};
-
-// What one owner (client) may hold in one pool. Enforced by the pool core so that no
-// client can take every block, exhaust the reference table, or wrap a reference count.
-// 0 in the max_* fields means "no limit beyond the pool's own capacity".
-struct OwnerQuota {
-  uint32_t max_mutable_blocks = 0;  // mutable blocks held at once
-  uint64_t max_references = 0;      // immutable references held at once (sum over blocks)
-  // References one owner may hold on one block. Never unlimited: with it, a block's
-  // refcount is at most max_owners * max_refs_per_block, which must fit 32 bits.
-  uint32_t max_refs_per_block = 1024;
-  uint32_t max_priority = 0xFFFFFFFFu;  // registrations above it are refused
-  friend bool operator==(const OwnerQuota&, const OwnerQuota&) = default;
-};
+// PoolCoreConfig: arena_layout.hpp. OwnerQuota: owner_quota.hpp.
 
 // What adopt_registry kept of a previous daemon's arena.
 struct AdoptCounts {
@@ -82,6 +79,8 @@ struct PoolCounts {
   uint32_t inactive;
 };
 
+struct AdoptionPlan;  // pool_adopt.cpp
+
 class PoolCore {
  public:
   PoolCore() = default;
@@ -99,7 +98,7 @@ class PoolCore {
   // against its sizes and `bytes`. What attach checks; for read-only views.
   static Status validate(const void* memory, size_t bytes);
 
-  void set_event_sink(EventSink* sink) { sink_ = sink; }
+  void set_event_sink(EventSink* sink) { registry_.set_sink(sink); }
   // The daemon's generation tag (arena.hpp, next_generation): every generation allocate
   // issues from now on carries it. 0 (the default): plain counters.
   void set_generation_tag(uint8_t tag);
@@ -148,10 +147,10 @@ class PoolCore {
   // The checksum its registering client sent with block `id` (kNoChecksum: none). Set when
   // the block is registered, cleared when it is allocated again; a deduplicated
   // registration keeps the existing block's (the same tokens may give other bytes).
-  uint64_t checksum(uint32_t id) const { return checksums_[id]; }
+  uint64_t checksum(uint32_t id) const { return arena_.checksums[id]; }
   // Registered and matchable: active or inactive, not poisoned.
   bool registered(uint32_t id) const;
-  bool poisoned(uint32_t id) const { return (blocks_[id].flags & kFlagPoisoned) != 0; }
+  bool poisoned(uint32_t id) const { return (arena_.blocks[id].flags & kFlagPoisoned) != 0; }
   // kInvalidHandle unless `ref` names an immutable block `owner` holds a reference on.
   Status check_held(uint32_t owner, BlockRef ref) const;
   // The daemon hashed registered block `id` (registered(id), checksum(id) set) and got
@@ -159,15 +158,15 @@ class PoolCore {
   proto::ChecksumOutcome record_checksum(uint32_t id, uint64_t computed);
 
   PoolCounts counts() const;
-  const PoolStats& stats() const { return header_->stats; }
-  const ArenaHeader& header() const { return *header_; }
-  uint32_t num_blocks() const { return header_->num_blocks; }
-  uint32_t max_owners() const { return header_->max_owners; }
+  const PoolStats& stats() const { return arena_.header->stats; }
+  const ArenaHeader& header() const { return *arena_.header; }
+  uint32_t num_blocks() const { return arena_.header->num_blocks; }
+  uint32_t max_owners() const { return arena_.header->max_owners; }
   const std::string& name() const { return name_; }
-  const BlockMeta& block(uint32_t id) const { return blocks_[id]; }
-  const OwnerRecord& owner_record(uint32_t owner) const { return owners_[owner]; }
+  const BlockMeta& block(uint32_t id) const { return arena_.blocks[id]; }
+  const OwnerRecord& owner_record(uint32_t owner) const { return arena_.owners[owner]; }
   // References `owner` holds on block `id` (0 if none).
-  uint32_t holds_of(uint32_t owner, uint32_t id) const;
+  uint32_t holds_of(uint32_t owner, uint32_t id) const { return holds_.count(owner, id); }
   // Checks every structural invariant (O(blocks + holds)); kInternal naming the first break.
   Status check_invariants() const;
 
@@ -180,10 +179,17 @@ class PoolCore {
   // kInvalidState when this core is not fresh, the shapes differ, or keeper is out of
   // range; kInternal when the result fails check_invariants (the pool then starts empty).
   // `pins` (optional) receives what each live previous owner held, for reattach.
+  Result<AdoptCounts> adopt_registry(const PreviousArena& previous,
+                                     std::span<const uint8_t> live_owners = {},
+                                     uint32_t keeper = kNone,
+                                     std::vector<AdoptPin>* pins = nullptr);
+  // The same from another core's arena (tests: a copy of a live pool).
   Result<AdoptCounts> adopt_registry(const PoolCore& previous,
                                      std::span<const uint8_t> live_owners = {},
                                      uint32_t keeper = kNone,
                                      std::vector<AdoptPin>* pins = nullptr);
+  // This core's arena, read-only.
+  ConstArenaRegions regions() const { return as_const(arena_); }
 
   // ---- reattach after a restart (daemon/previous_clients.hpp) ----
   // Gives owner `to` back what a reattached client held before the restart, out of what
@@ -200,46 +206,25 @@ class PoolCore {
   Status check_owner(uint32_t owner) const;
   Status check_mutable_handle(uint32_t owner, BlockRef ref) const;
   Status stale_handle(BlockRef ref, uint32_t current) const;  // why ref's generation is wrong
-  void free_push(uint32_t id);
-  uint32_t free_pop();
-  void owner_mutable_push(uint32_t owner, uint32_t id);
-  void owner_mutable_remove(uint32_t owner, uint32_t id);
+  // kResourceExhausted when `n` new (owner, block) pairs may not find a hold entry.
+  Status check_hold_room(size_t n, const char* call, const char* need) const;
+  Status check_register_batch(uint32_t owner, std::span<const RegisterItem> items);
+  QuotaGate quota_gate() const { return QuotaGate(quota_, name_, holds_, registry_); }
   void recycle(uint32_t owner, uint32_t id);         // mutable -> free
   void take_reference(uint32_t owner, uint32_t id);  // active hit or promotion
-  // kQuotaExceeded when `owner` already holds max_refs_per_block references on `id`.
-  Status check_block_quota(uint32_t owner, uint32_t id, uint32_t extra) const;
-  Status check_register_quota(uint32_t owner, std::span<const RegisterItem> items);
-  bool add_hold(uint32_t owner, uint32_t id);
-  bool drop_hold(uint32_t owner, uint32_t id);      // false when owner holds none
-  void drop_hold_all(uint32_t owner, uint32_t id);  // every reference of owner on id
-  bool drop_holds(uint32_t owner, uint32_t id, bool all);
   void drop_reference(uint32_t id, uint32_t count = 1);  // refcount-count, inactive at 0
-  void inactive_push(uint32_t id);
-  uint32_t inactive_pop();  // the block Dynamo's PriorityKey orders first
-  void inactive_remove(uint32_t id);
+  uint32_t evict();          // the inactive block evicted first leaves the registry
+  void register_new(uint32_t owner, const RegisterItem& it);  // the caller's block registers
   void poison(uint32_t id);  // registered -> out of the registry; free now or at last release
-  uint32_t level_for(uint32_t priority);
-  void level_release(uint32_t level);
-  void level_sift_up(uint32_t pos);
-  void level_sift_down(uint32_t pos);
-  static uint64_t hold_key(uint32_t owner, uint32_t id) {
-    return (static_cast<uint64_t>(owner) << 32) | id;
-  }
-  uint32_t holds_free() const {
-    return header_->max_holds - header_->stats.holds_used.load(std::memory_order_relaxed);
-  }
+  Status adopt_checks(const PreviousArena& previous, std::span<const uint8_t> live_owners,
+                      uint32_t keeper) const;
+  void adopt_apply(const PreviousArena& previous, const AdoptionPlan& plan, uint32_t keeper);
 
-  ArenaHeader* header_ = nullptr;
-  BlockMeta* blocks_ = nullptr;
-  LevelRecord* levels_ = nullptr;
-  uint32_t* level_heap_ = nullptr;
-  FlatTable level_table_;
-  OwnerRecord* owners_ = nullptr;
-  HoldEntry* holds_ = nullptr;
-  uint64_t* checksums_ = nullptr;
-  FlatTable table_;
-  FlatTable hold_table_;
-  EventSink* sink_ = nullptr;
+  ArenaRegions arena_;
+  FreeFifo free_;
+  InactiveLevels inactive_;
+  OwnerHolds holds_;
+  Registry registry_;
   OwnerQuota quota_;
   uint32_t pool_index_ = 0;
   std::string name_;
