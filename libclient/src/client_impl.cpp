@@ -360,10 +360,11 @@ Status ClientImpl::check_same_pools(const Connection& old, const Connection& fre
   return Status::ok();
 }
 
-// Tells the new daemon what we still hold in each pool it kept, and waits for what it
-// will not give back. Pools whose memory is new start over (a new incarnation: their
-// handles fail on use). mu_ held: no handle is made or released meanwhile.
-Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successor_died) {
+namespace {
+
+// Pools whose memory the new daemon kept (the same data segment file): their handles may be
+// claimed back. Device pools and pools we could not use start over.
+std::vector<bool> kept_pools(const Connection& old, const Connection& fresh) {
   const size_t n = old.pools().size();
   std::vector<bool> kept(n);
   for (size_t i = 0; i < n; ++i) {
@@ -372,48 +373,78 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successo
     kept[i] = !a.is_device() && a.usable && a.data_ino != 0 && a.data_ino == b.data_ino &&
               a.data_dev == b.data_dev;
   }
-  proto::ReclaimHeader h{old.epoch(), old.slot(), old.generation(), 0, 0};
-  const uint64_t per_record =
-      (fresh.max_request_payload() - sizeof(proto::RequestHeader) - sizeof(h)) /
-      sizeof(proto::ReclaimItem);
-  std::vector<std::byte> buf;
-  struct Sent {
-    Call call;
-    uint32_t pool;
-    std::vector<pool::BlockRef> refs;  // what the record claimed
-  };
-  std::vector<Sent> calls;
-  auto send_one = [&](uint32_t pool, std::span<const proto::ReclaimItem> items, bool final) {
-    h.flags = final ? proto::kReclaimFinal : 0;
-    buf.resize(sizeof(h) + items.size_bytes());
-    std::memcpy(buf.data(), &h, sizeof(h));
-    if (!items.empty()) std::memcpy(buf.data() + sizeof(h), items.data(), items.size_bytes());
-    auto corr = fresh.send(proto::Opcode::kReclaim, pool, static_cast<uint32_t>(items.size()),
-                           buf.data(), buf.size());
+  return kept;
+}
+
+// One kReclaim record on its way, and the blocks it claimed.
+struct SentClaim {
+  Call call;
+  uint32_t pool;
+  std::vector<pool::BlockRef> refs;
+};
+
+// Sends kReclaim records for the old connection's slot on the fresh one.
+class ClaimSender {
+ public:
+  ClaimSender(const Connection& old, Connection& fresh)
+      : fresh_(fresh),
+        h_{old.epoch(), old.slot(), old.generation(), 0, 0},
+        per_record_((fresh.max_request_payload() - sizeof(proto::RequestHeader) - sizeof(h_)) /
+                    sizeof(proto::ReclaimItem)) {}
+
+  // Items one record carries at most.
+  uint64_t per_record() const { return per_record_; }
+  const std::vector<SentClaim>& sent() const { return sent_; }
+
+  Status send(uint32_t pool, std::span<const proto::ReclaimItem> items, bool final) {
+    h_.flags = final ? proto::kReclaimFinal : 0;
+    buf_.resize(sizeof(h_) + items.size_bytes());
+    std::memcpy(buf_.data(), &h_, sizeof(h_));
+    if (!items.empty()) std::memcpy(buf_.data() + sizeof(h_), items.data(), items.size_bytes());
+    auto corr = fresh_.send(proto::Opcode::kReclaim, pool, static_cast<uint32_t>(items.size()),
+                            buf_.data(), buf_.size());
     if (!corr) return corr.status();
     std::vector<pool::BlockRef> refs;
     for (const proto::ReclaimItem& it : items) refs.push_back(it.block);
-    calls.push_back({Call{&fresh, *corr}, pool, std::move(refs)});
+    sent_.push_back({Call{&fresh_, *corr}, pool, std::move(refs)});
     return Status::ok();
-  };
-  // Once a record went out, the new daemon may have handed blocks over to this connection,
-  // and they go back into circulation when it is dropped (as it is when this fails): from
-  // then on a failure loses every handle of the kept pools (they fail on use, never release).
-  auto give_up = [&](const Status& why) {
-    if (calls.empty()) return why;
-    for (uint32_t pool = 0; pool < n; ++pool) {
-      if (!kept[pool]) continue;
-      HeldTable& t = held_[pool];
-      for (uint32_t id = 0; id < t.size(); ++id)
-        if (const uint64_t w = t.load(id); w != 0) t.store(id, w | HeldTable::kLost);
-    }
-    return why;
-  };
+  }
+
+ private:
+  Connection& fresh_;
+  proto::ReclaimHeader h_;
+  uint64_t per_record_;
+  std::vector<std::byte> buf_;
+  std::vector<SentClaim> sent_;
+};
+
+// Marks lost the words of `refs` whose generation is still the one claimed.
+void mark_lost(HeldTable& t, std::span<const pool::BlockRef> refs) {
+  for (const pool::BlockRef& ref : refs) {
+    const uint64_t w = t.load(ref.id);
+    if (HeldTable::generation_of(w) == ref.generation) t.store(ref.id, w | HeldTable::kLost);
+  }
+}
+
+// Every handle of the kept pools: lost.
+void lose_kept(std::vector<HeldTable>& held, const std::vector<bool>& kept) {
+  for (uint32_t pool = 0; pool < kept.size(); ++pool) {
+    if (!kept[pool]) continue;
+    HeldTable& t = held[pool];
+    for (uint32_t id = 0; id < t.size(); ++id)
+      if (const uint64_t w = t.load(id); w != 0) t.store(id, w | HeldTable::kLost);
+  }
+}
+
+// Claims what we hold in each kept pool, in records of at most per_record() items, then the
+// final (empty) record: the new daemon may let go of the rest.
+Status send_claims(const std::vector<HeldTable>& held, const std::vector<bool>& kept,
+                   ClaimSender& sender) {
   std::vector<proto::ReclaimItem> items;
   uint32_t last_pool = 0;
-  for (uint32_t pool = 0; pool < n; ++pool) {
+  for (uint32_t pool = 0; pool < kept.size(); ++pool) {
     if (!kept[pool]) continue;
-    HeldTable& t = held_[pool];
+    const HeldTable& t = held[pool];
     for (uint32_t id = 0; id < t.size(); ++id) {
       const uint64_t w = t.load(id);
       if (w == 0 || (w & HeldTable::kLost) != 0) continue;
@@ -421,27 +452,23 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successo
       if ((w & HeldTable::kMutable) != 0) items.push_back({{id, gen}, 0, 0});
       // One daemon reference however many handles (count_locked).
       if ((w & HeldTable::kCountMask) != 0) items.push_back({{id, gen}, 1, 0});
-      if (items.size() >= per_record) {
-        if (Status st = send_one(pool, items, false); !st.is_ok()) return give_up(st);
+      if (items.size() >= sender.per_record()) {
+        KVPOOL_RETURN_IF_ERROR(sender.send(pool, items, false));
         items.clear();
       }
     }
-    if (!items.empty())
-      if (Status st = send_one(pool, items, false); !st.is_ok()) return give_up(st);
+    if (!items.empty()) KVPOOL_RETURN_IF_ERROR(sender.send(pool, items, false));
     items.clear();
     last_pool = pool;
   }
-  if (Status st = send_one(last_pool, {}, true); !st.is_ok())  // the rest may go
-    return give_up(st);
-  bool refused = false;
-  auto mark_lost = [&](const Sent& s) {
-    HeldTable& t = held_[s.pool];
-    for (const pool::BlockRef& ref : s.refs) {
-      const uint64_t w = t.load(ref.id);
-      if (HeldTable::generation_of(w) == ref.generation) t.store(ref.id, w | HeldTable::kLost);
-    }
-  };
-  *successor_died = false;
+  return sender.send(last_pool, {}, true);
+}
+
+// Waits for every record's answer and marks lost what the daemon would not give back.
+// `refused`: a record was not ours to claim (a daemon that adopted nothing, or another
+// process's slot). `successor_died`: the new daemon was killed mid-claim.
+Status await_claims(const std::vector<SentClaim>& calls, const Connection& fresh,
+                    std::vector<HeldTable>& held, bool* refused, bool* successor_died) {
   for (size_t k = 0; k < calls.size(); ++k) {
     const auto& [call, pool, sent] = calls[k];
     auto r = call.conn->wait(call.corr);
@@ -449,24 +476,43 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successo
       // Killed mid-claim. The records it answered handed their blocks to our slot there,
       // and its successor keeps them for that slot: we claim them from it next. What it
       // did not answer may be under its keeper, which nobody can claim from: lost.
-      for (size_t j = k; j < calls.size(); ++j) mark_lost(calls[j]);
+      for (size_t j = k; j < calls.size(); ++j) mark_lost(held[calls[j].pool], calls[j].refs);
       *successor_died = true;
-      break;
+      return Status::ok();
     }
-    if (!r) return give_up(r.status());
+    if (!r) return r.status();
     if (r->code != ErrorCode::kOk) {
-      // Not ours to claim (a daemon that adopted nothing, or another process's slot):
-      // everything we held in the kept pools is lost.
-      refused = true;
+      // Everything we held in the kept pools is lost.
+      *refused = true;
       continue;
     }
-    HeldTable& t = held_[pool];
-    for (const pool::BlockRef& ref : r->refs) {
-      const uint64_t w = t.load(ref.id);
-      if (HeldTable::generation_of(w) == ref.generation) t.store(ref.id, w | HeldTable::kLost);
-    }
+    mark_lost(held[pool], r->refs);
   }
-  for (uint32_t pool = 0; pool < n; ++pool) {
+  return Status::ok();
+}
+
+}  // namespace
+
+// Tells the new daemon what we still hold in each pool it kept, and waits for what it
+// will not give back. Pools whose memory is new start over (a new incarnation: their
+// handles fail on use). mu_ held: no handle is made or released meanwhile.
+Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successor_died) {
+  const std::vector<bool> kept = kept_pools(old, fresh);
+  ClaimSender sender(old, fresh);
+  // Once a record went out, the new daemon may have handed blocks over to this connection,
+  // and they go back into circulation when it is dropped (as it is when this fails): from
+  // then on a failure loses every handle of the kept pools (they fail on use, never release).
+  auto give_up = [&](const Status& why) {
+    if (!sender.sent().empty()) lose_kept(held_, kept);
+    return why;
+  };
+  if (Status st = send_claims(held_, kept, sender); !st.is_ok()) return give_up(st);
+  bool refused = false;
+  *successor_died = false;
+  if (Status st = await_claims(sender.sent(), fresh, held_, &refused, successor_died);
+      !st.is_ok())
+    return give_up(st);
+  for (uint32_t pool = 0; pool < kept.size(); ++pool) {
     if (kept[pool] && !refused) continue;
     // Cleared in place (address() reads the words without the lock): a new incarnation
     // makes every handle of a pool that was not kept fail on use, and never release.
