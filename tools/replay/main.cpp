@@ -148,38 +148,119 @@ int usage_error(const std::string& why) {
   return 2;
 }
 
-}  // namespace
+int fail(const char* what, const Status& st) {
+  std::fprintf(stderr, "kvpool-replay: %s%s\n", what, st.to_string().c_str());
+  return 1;
+}
 
-int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) {
-    WorkerOptions w;
-    for (int i = 2; i + 1 < argc; i += 2) {
-      std::string k = argv[i], v = argv[i + 1];
-      if (k == "--instance")
-        w.instance = v;
-      else if (k == "--runtime-dir")
-        w.runtime_dir = v;
-      else if (k == "--pool")
-        w.pool = v;
-      else if (k == "--assign")
-        w.assign_file = v;
-      else if (k == "--start-ns")
-        w.start_ns = std::stoll(v);
-      else if (k == "--speed")
-        w.speed = std::stod(v);
-      else if (k == "--token-ms")
-        w.token_ms = std::stod(v);
-      else if (k == "--shallow-levels")
-        w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--corrupt-id")
-        w.corrupt_id = std::stoll(v);
-      else if (k == "--onboard")
-        w.onboard = v == "1";
-    }
-    return run_worker(w);
+// The arguments of a worker process (coordinator.cpp spawns it with these).
+WorkerOptions parse_worker_args(int argc, char** argv) {
+  WorkerOptions w;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--instance")
+      w.instance = v;
+    else if (k == "--runtime-dir")
+      w.runtime_dir = v;
+    else if (k == "--pool")
+      w.pool = v;
+    else if (k == "--assign")
+      w.assign_file = v;
+    else if (k == "--start-ns")
+      w.start_ns = std::stoll(v);
+    else if (k == "--speed")
+      w.speed = std::stod(v);
+    else if (k == "--token-ms")
+      w.token_ms = std::stod(v);
+    else if (k == "--shallow-levels")
+      w.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--corrupt-id")
+      w.corrupt_id = std::stoll(v);
+    else if (k == "--onboard")
+      w.onboard = v == "1";
   }
+  return w;
+}
 
-  Options o;
+// The options of the replay itself (RunOptions). False: not one of them. Throws on a bad
+// number; returns an error for a bad word.
+Result<bool> apply_run_option(RunOptions& r, const std::string& k, const std::string& v) {
+  if (k == "--speed")
+    r.speed = std::stod(v);
+  else if (k == "--token-ms")
+    r.token_ms = std::stod(v);
+  else if (k == "--workers")
+    r.workers = std::stoi(v);
+  else if (k == "--route") {
+    if (v != "rr" && v != "first")
+      return Status(ErrorCode::kInvalidArgument, "--route is rr or first, not " + v);
+    r.route_by_first_block = v == "first";
+  } else if (k == "--kill-interval")
+    r.kill_interval_s = std::stod(v);
+  else if (k == "--max-kills")
+    r.max_kills = std::stoi(v);
+  else if (k == "--seed")
+    r.seed = std::stoull(v);
+  else if (k == "--instance")
+    r.instance = v;
+  else if (k == "--runtime-dir")
+    r.runtime_dir = v;
+  else if (k == "--pool")
+    r.pool = v;
+  else if (k == "--shallow-levels")
+    r.shallow_levels = static_cast<uint32_t>(std::stoul(v));
+  else if (k == "--inject-corrupt-id")
+    r.corrupt_id = std::stoll(v);
+  else
+    return false;
+  return true;
+}
+
+// The trace slice, the private daemon, the simulation and the output. False: unknown.
+bool apply_option(Options& o, const std::string& k, const std::string& v) {
+  if (k == "--trace")
+    o.trace = v;
+  else if (k == "--from")
+    o.from = std::stoul(v);
+  else if (k == "--limit")
+    o.limit = std::stoul(v);
+  else if (k == "--span-s")
+    o.span_s = std::stod(v);
+  else if (k == "--kvpoold")
+    o.kvpoold = v;
+  else if (k == "--blocks")
+    o.blocks = static_cast<uint32_t>(std::stoul(v));
+  else if (k == "--capacity-pct")
+    o.capacity_pct = std::stod(v);
+  else if (k == "--disk-blocks")
+    o.disk_blocks = std::stoull(v);
+  else if (k == "--disk-pct")
+    o.disk_pct = std::stod(v);
+  else if (k == "--page-size")
+    o.page_size = static_cast<uint32_t>(std::stoul(v));
+  else if (k == "--kvpoolctl")
+    o.kvpoolctl = v;
+  else if (k == "--json")
+    o.json = v;
+  else if (k == "--policy")
+    o.policy = v;
+  else if (k == "--max-sim-gap")
+    o.max_sim_gap = std::stod(v);
+  else if (k == "--cold-restart-at")
+    o.cold_restart_at = std::stod(v);
+  else if (k == "--simulate-only") {
+    for (size_t p = 0; p < v.size();) {
+      size_t c = v.find(',', p);
+      o.simulate_pcts.push_back(std::stod(v.substr(p, c - p)));
+      p = c == std::string::npos ? v.size() : c + 1;
+    }
+  } else
+    return false;
+  return true;
+}
+
+// Fills `o`; returns -1 to go on, or the exit code (0 after --help, 2 on a usage error).
+int parse_options(int argc, char** argv, Options& o) {
   o.run.instance = "default";
   try {
     for (int i = 1; i < argc; ++i) {
@@ -190,84 +271,19 @@ int main(int argc, char** argv) {
       }
       if (i + 1 >= argc) return usage_error(k + " needs a value");
       std::string v = argv[++i];
-      if (k == "--trace")
-        o.trace = v;
-      else if (k == "--from")
-        o.from = std::stoul(v);
-      else if (k == "--limit")
-        o.limit = std::stoul(v);
-      else if (k == "--span-s")
-        o.span_s = std::stod(v);
-      else if (k == "--speed")
-        o.run.speed = std::stod(v);
-      else if (k == "--token-ms")
-        o.run.token_ms = std::stod(v);
-      else if (k == "--workers")
-        o.run.workers = std::stoi(v);
-      else if (k == "--route") {
-        if (v != "rr" && v != "first") return usage_error("--route is rr or first, not " + v);
-        o.run.route_by_first_block = v == "first";
-      } else if (k == "--kill-interval")
-        o.run.kill_interval_s = std::stod(v);
-      else if (k == "--max-kills")
-        o.run.max_kills = std::stoi(v);
-      else if (k == "--seed")
-        o.run.seed = std::stoull(v);
-      else if (k == "--instance")
-        o.run.instance = v;
-      else if (k == "--runtime-dir")
-        o.run.runtime_dir = v;
-      else if (k == "--pool")
-        o.run.pool = v;
-      else if (k == "--kvpoold")
-        o.kvpoold = v;
-      else if (k == "--blocks")
-        o.blocks = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--capacity-pct")
-        o.capacity_pct = std::stod(v);
-      else if (k == "--disk-blocks")
-        o.disk_blocks = std::stoull(v);
-      else if (k == "--disk-pct")
-        o.disk_pct = std::stod(v);
-      else if (k == "--page-size")
-        o.page_size = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--kvpoolctl")
-        o.kvpoolctl = v;
-      else if (k == "--json")
-        o.json = v;
-      else if (k == "--shallow-levels")
-        o.run.shallow_levels = static_cast<uint32_t>(std::stoul(v));
-      else if (k == "--policy")
-        o.policy = v;
-      else if (k == "--inject-corrupt-id")
-        o.run.corrupt_id = std::stoll(v);
-      else if (k == "--max-sim-gap")
-        o.max_sim_gap = std::stod(v);
-      else if (k == "--cold-restart-at")
-        o.cold_restart_at = std::stod(v);
-      else if (k == "--simulate-only") {
-        for (size_t p = 0; p < v.size();) {
-          size_t c = v.find(',', p);
-          o.simulate_pcts.push_back(std::stod(v.substr(p, c - p)));
-          p = c == std::string::npos ? v.size() : c + 1;
-        }
-      } else
-        return usage_error("unknown option " + k);
+      auto run = apply_run_option(o.run, k, v);
+      if (!run) return usage_error(run.status().message());
+      if (!*run && !apply_option(o, k, v)) return usage_error("unknown option " + k);
     }
   } catch (const std::exception&) {
     return usage_error("a number was expected");
   }
   if (o.run.speed <= 0 || o.run.workers < 1 || o.run.token_ms < 0)
     return usage_error("--speed must be > 0, --workers >= 1, --token-ms >= 0");
+  return -1;
+}
 
-  auto all = load_trace(o.trace);
-  if (!all) {
-    std::fprintf(stderr, "kvpool-replay: %s\n", all.status().to_string().c_str());
-    return 2;
-  }
-  auto reqs = slice(*all, o.from, o.limit, o.span_s);
-  if (reqs.empty()) return usage_error("the slice is empty (--from past the end?)");
-  const TraceFigures tf = trace_figures(reqs);
+void print_trace(const Options& o, const std::vector<TraceRequest>& reqs, const TraceFigures& tf) {
   std::printf("trace:            %s, requests %u..%u (%llu), %.1f s of trace time\n",
               o.trace.c_str(), reqs.front().index, reqs.back().index,
               static_cast<unsigned long long>(tf.requests), tf.span_s);
@@ -275,84 +291,53 @@ int main(int argc, char** argv) {
       "blocks:           %llu prompt blocks, %llu distinct; infinite-cache ceiling %.1f%%\n",
       static_cast<unsigned long long>(tf.prompt_blocks),
       static_cast<unsigned long long>(tf.distinct_blocks), 100 * tf.ceiling());
-  nlohmann::json out = {{"trace", o.trace},
-                        {"from", o.from},
-                        {"requests", tf.requests},
-                        {"prompt_blocks", tf.prompt_blocks},
-                        {"distinct_blocks", tf.distinct_blocks},
-                        {"ceiling", tf.ceiling()},
-                        {"span_s", tf.span_s},
-                        {"token_ms", o.run.token_ms}};
-  if (o.disk_pct > 0)
-    o.disk_blocks =
-        static_cast<uint64_t>(std::max(1.0, double(tf.distinct_blocks) * o.disk_pct / 100));
-  auto write_json = [&] {
-    if (o.json.empty()) return;
-    std::ofstream(o.json) << out.dump(1) << "\n";
-  };
+}
 
-  if (!o.simulate_pcts.empty() && o.disk_blocks > 0)
-    return simulate_two_tiers(reqs, tf, o.simulate_pcts, o.run.token_ms, o.disk_blocks, out,
-                              write_json);
-  if (!o.simulate_pcts.empty()) {
-    out["simulation"] = nlohmann::json::array();
-    std::printf(
-        "capacity (%% of distinct)  blocks    simulated hit rate  uncached requests  (ceiling "
-        "%.1f%%)\n",
-        100 * tf.ceiling());
-    for (double p : o.simulate_pcts) {
-      uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
-      const SimOptions so{cap, o.run.token_ms, o.run.shallow_levels};
-      auto sim = o.policy.empty() ? simulate(reqs, so) : simulate_policy(reqs, so, o.policy);
-      if (!sim) {
-        std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
-        return 1;
-      }
-      std::printf("%24.1f%%  %7u  %17.1f%%  %17llu\n", p, cap, 100 * sim->hit_rate(),
-                  static_cast<unsigned long long>(sim->uncached_requests));
-      out["simulation"].push_back({{"capacity_pct", p},
-                                   {"blocks", cap},
-                                   {"hit_rate", sim->hit_rate()},
-                                   {"uncached_requests", sim->uncached_requests}});
-    }
-    write_json();
-    return 0;
+// --simulate-only without a disk tier: the pool core (or --policy's model) at each capacity.
+template <typename WriteJson>
+int simulate_one_tier(const std::vector<TraceRequest>& reqs, const TraceFigures& tf,
+                      const Options& o, nlohmann::json& out, const WriteJson& write_json) {
+  out["simulation"] = nlohmann::json::array();
+  std::printf(
+      "capacity (%% of distinct)  blocks    simulated hit rate  uncached requests  (ceiling "
+      "%.1f%%)\n",
+      100 * tf.ceiling());
+  for (double p : o.simulate_pcts) {
+    uint32_t cap = static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * p / 100));
+    const SimOptions so{cap, o.run.token_ms, o.run.shallow_levels};
+    auto sim = o.policy.empty() ? simulate(reqs, so) : simulate_policy(reqs, so, o.policy);
+    if (!sim) return fail("simulation: ", sim.status());
+    std::printf("%24.1f%%  %7u  %17.1f%%  %17llu\n", p, cap, 100 * sim->hit_rate(),
+                static_cast<unsigned long long>(sim->uncached_requests));
+    out["simulation"].push_back({{"capacity_pct", p},
+                                 {"blocks", cap},
+                                 {"hit_rate", sim->hit_rate()},
+                                 {"uncached_requests", sim->uncached_requests}});
   }
+  write_json();
+  return 0;
+}
 
-  // The daemon: our own, or the one running.
-  std::unique_ptr<PrivateDaemon> daemon;
-  if (!o.kvpoold.empty()) {
-    uint32_t blocks = o.blocks;
-    if (o.capacity_pct > 0)
-      blocks =
-          static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
-    if (blocks == 0) return usage_error("--kvpoold needs --blocks N or --capacity-pct P");
-    auto d = PrivateDaemon::start(
-        DaemonSpec{o.kvpoold, blocks, o.page_size, o.disk_blocks > 0 ? 128u : 64u, o.disk_blocks});
-    if (!d) {
-      std::fprintf(stderr, "kvpool-replay: %s\n", d.status().to_string().c_str());
-      return 1;
-    }
-    daemon = std::move(*d);
-    o.run.instance = daemon->instance();
-    o.run.runtime_dir = daemon->runtime_dir();
-    o.run.pool = PrivateDaemon::kPool;
-  }
-  const CtlTarget ctl{o.kvpoolctl, o.run.instance, o.run.runtime_dir};
-  if (o.run.pool.empty()) {
-    auto p = ctl_first_pool(ctl);
-    if (!p) {
-      std::fprintf(stderr, "kvpool-replay: %s\n", p.status().to_string().c_str());
-      return 1;
-    }
-    o.run.pool = *p;
-  }
-  auto before = ctl_status(ctl, o.run.pool);
-  if (!before) {
-    std::fprintf(stderr, "kvpool-replay: %s\n", before.status().to_string().c_str());
-    return 1;
-  }
-  const uint32_t capacity = before->total;
+// With --kvpoold: starts it with one pool sized by --blocks or --capacity-pct and points
+// the run at it. Returns the exit code on failure.
+int start_private_daemon(Options& o, const TraceFigures& tf,
+                         std::unique_ptr<PrivateDaemon>& daemon) {
+  uint32_t blocks = o.blocks;
+  if (o.capacity_pct > 0)
+    blocks =
+        static_cast<uint32_t>(std::max(1.0, double(tf.distinct_blocks) * o.capacity_pct / 100));
+  if (blocks == 0) return usage_error("--kvpoold needs --blocks N or --capacity-pct P");
+  auto d = PrivateDaemon::start(
+      DaemonSpec{o.kvpoold, blocks, o.page_size, o.disk_blocks > 0 ? 128u : 64u, o.disk_blocks});
+  if (!d) return fail("", d.status());
+  daemon = std::move(*d);
+  o.run.instance = daemon->instance();
+  o.run.runtime_dir = daemon->runtime_dir();
+  o.run.pool = PrivateDaemon::kPool;
+  return 0;
+}
+
+void print_run(const Options& o, const TraceFigures& tf, uint32_t capacity) {
   std::printf(
       "pool:             '%s' of kvpoold '%s': %u blocks = %.1f%% of the slice's distinct blocks\n",
       o.run.pool.c_str(), o.run.instance.c_str(), capacity,
@@ -369,111 +354,87 @@ int main(int argc, char** argv) {
       o.run.workers, o.run.route_by_first_block ? "by first block" : "round robin", o.run.speed,
       tf.span_s / o.run.speed, o.run.token_ms, kill_every.c_str());
   std::fflush(stdout);
+}
 
-  if (o.cold_restart_at > 0) {
-    const auto cut = static_cast<size_t>(std::llround(o.cold_restart_at * double(reqs.size())));
-    if (!daemon || before->disk_slots == 0 || o.cold_restart_at >= 1 || cut == 0 ||
-        cut >= reqs.size() || o.run.shallow_levels != 0 || o.run.kill_interval_s > 0)
-      return usage_error(
-          "--cold-restart-at F needs --kvpoold with a disk tier, 0 < F < 1 leaving requests on "
-          "both sides, and no --shallow-levels or --kill-interval");
-    o.run.self = self_path();
-    const int rc = replay_with_cold_restart(
-        reqs, ColdRestartPlan{cut, capacity, before->disk_slots, o.max_sim_gap}, o.run, ctl,
-        *daemon, out);
-    write_json();
-    return rc;
-  }
-
-  auto sim = simulate(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels});
-  if (!sim) {
-    std::fprintf(stderr, "kvpool-replay: simulation: %s\n", sim.status().to_string().c_str());
-    return 1;
-  }
-  // With a disk tier the yardstick is the two-tier model (kvpool's host-only figure is still
-  // checked against simulate(), the pool core itself, when there is no disk).
-  const uint64_t disk_slots = before->disk_slots;
+// What kvpool's figures are held against: the pool core's simulation, and with a disk tier
+// the two-tier model (kvpool's host-only figure is still checked against simulate(), the
+// pool core itself, when there is no disk).
+struct Yardstick {
+  double sim_hit = 0;
   std::optional<TierSimResult> tiers;
-  if (disk_slots > 0) {
-    auto t = simulate_tiers(reqs, SimOptions{capacity, o.run.token_ms, o.run.shallow_levels},
-                            disk_slots);
-    if (!t) {
-      std::fprintf(stderr, "kvpool-replay: simulation: %s\n", t.status().to_string().c_str());
-      return 1;
-    }
-    tiers = *t;
-    o.run.onboard = true;  // the workers continue their prefixes from disk
-    std::printf("disk tier:        %llu slots = %.1f%% of the slice's distinct blocks (%s)\n",
-                static_cast<unsigned long long>(disk_slots),
-                100.0 * double(disk_slots) / double(tf.distinct_blocks), before->disk_path.c_str());
-  }
+};
 
+Result<Yardstick> simulate_yardstick(const std::vector<TraceRequest>& reqs, const Options& o,
+                                     uint32_t capacity, uint64_t disk_slots) {
+  const SimOptions so{capacity, o.run.token_ms, o.run.shallow_levels};
+  auto sim = simulate(reqs, so);
+  if (!sim) return sim.status();
+  Yardstick y;
+  y.sim_hit = sim->hit_rate();
+  if (disk_slots > 0) {
+    auto t = simulate_tiers(reqs, so, disk_slots);
+    if (!t) return t.status();
+    y.tiers = *t;
+    y.sim_hit = t->hit_rate();
+  }
+  return y;
+}
+
+// The replay proper, in a scratch directory the workers share.
+Result<RunResult> replay_in_scratch(const std::vector<TraceRequest>& reqs, Options& o) {
   char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
-  if (!::mkdtemp(scratch)) return usage_error("mkdtemp failed");
+  if (!::mkdtemp(scratch)) return Status(ErrorCode::kInternal, "mkdtemp failed");
   o.run.scratch_dir = scratch;
   o.run.self = self_path();
   RunResult r = run_replay(reqs, o.run);
   r.onboarded = o.run.onboard;
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);
+  return r;
+}
 
-  // Final state, as an operator sees it; then every cached block byte for byte.
-  auto after = settle(ctl, o.run.pool);
-  if (!after) r.violations.push_back("kvpoolctl status: " + after.status().to_string());
-  if (Status st = ctl_check(ctl); !st.is_ok()) r.violations.push_back(st.message());
-  uint64_t swept = sweep(reqs, o.run, r.violations);
-  auto last = settle(ctl, o.run.pool);
-  if (last) after = last;
-
-  for (auto* v : {&r.match_us, &r.allocate_us, &r.register_us, &r.release_us})
-    std::sort(v->begin(), v->end());
-  const double hit = r.prompt_blocks ? double(r.matched_blocks) / double(r.prompt_blocks) : 0;
+void print_disk_tier(const CtlStatus& after, const TierSimResult& tiers) {
   std::printf(
-      "requests:         %llu served (%llu uncached: the pool's blocks were all held), "
-      "%llu workers killed and replaced\n",
-      static_cast<unsigned long long>(r.requests),
-      static_cast<unsigned long long>(r.uncached_requests),
-      static_cast<unsigned long long>(r.kills));
-  double sim_hit = sim->hit_rate();
-  // Disk hits: the blocks kvpoold onboarded for the workers' matches (each one onboarded is
-  // handed to the match that asked for it), from its own counters.
-  if (tiers && after)
-    r.disk_matched_blocks = after->disk_blocks_onboarded - before->disk_blocks_onboarded;
-  if (tiers) {
-    sim_hit = tiers->hit_rate();
-    const double disk_hit =
-        r.prompt_blocks ? double(r.disk_matched_blocks) / double(r.prompt_blocks) : 0;
-    std::printf(
-        "hit rate:         kvpool host %.1f%% + disk %.1f%% = %.1f%%   simulation host %.1f%% + "
-        "disk %.1f%% = %.1f%%   ceiling %.1f%%   (of %llu prompt blocks)\n",
-        100 * (hit - disk_hit), 100 * disk_hit, 100 * hit, 100 * tiers->host_hit_rate(),
-        100 * tiers->disk_hit_rate(), 100 * sim_hit, 100 * tf.ceiling(),
-        static_cast<unsigned long long>(r.prompt_blocks));
-    if (!r.onboarded)
-      std::printf(
-          "                  (workers matched host memory only: onboard from disk is not "
-          "wired into this build's workers)\n");
-    if (after)
-      std::printf(
-          "disk tier after:  %llu of %llu slots used, %llu blocks written, %llu onboarded, %llu "
-          "write-queue drops, %llu writes skipped, %llu evictions; the model wrote %llu, evicted "
-          "%llu\n",
-          static_cast<unsigned long long>(after->disk_slots_used),
-          static_cast<unsigned long long>(after->disk_slots),
-          static_cast<unsigned long long>(after->disk_blocks_written),
-          static_cast<unsigned long long>(after->disk_blocks_onboarded),
-          static_cast<unsigned long long>(after->disk_write_queue_drops),
-          static_cast<unsigned long long>(after->disk_write_skipped),
-          static_cast<unsigned long long>(after->disk_evictions),
-          static_cast<unsigned long long>(tiers->disk_writes),
-          static_cast<unsigned long long>(tiers->disk_evictions));
-  } else {
+      "disk tier after:  %llu of %llu slots used, %llu blocks written, %llu onboarded, %llu "
+      "write-queue drops, %llu writes skipped, %llu evictions; the model wrote %llu, evicted "
+      "%llu\n",
+      static_cast<unsigned long long>(after.disk_slots_used),
+      static_cast<unsigned long long>(after.disk_slots),
+      static_cast<unsigned long long>(after.disk_blocks_written),
+      static_cast<unsigned long long>(after.disk_blocks_onboarded),
+      static_cast<unsigned long long>(after.disk_write_queue_drops),
+      static_cast<unsigned long long>(after.disk_write_skipped),
+      static_cast<unsigned long long>(after.disk_evictions),
+      static_cast<unsigned long long>(tiers.disk_writes),
+      static_cast<unsigned long long>(tiers.disk_evictions));
+}
+
+void print_hit_rates(const RunResult& r, const Yardstick& y, const TraceFigures& tf,
+                     const std::optional<CtlStatus>& after, double hit) {
+  if (!y.tiers) {
     std::printf(
         "hit rate:         kvpool %.1f%%   simulation %.1f%%   ceiling %.1f%%   (of %llu prompt "
         "blocks)\n",
-        100 * hit, 100 * sim_hit, 100 * tf.ceiling(),
+        100 * hit, 100 * y.sim_hit, 100 * tf.ceiling(),
         static_cast<unsigned long long>(r.prompt_blocks));
+    return;
   }
+  const double disk_hit =
+      r.prompt_blocks ? double(r.disk_matched_blocks) / double(r.prompt_blocks) : 0;
+  std::printf(
+      "hit rate:         kvpool host %.1f%% + disk %.1f%% = %.1f%%   simulation host %.1f%% + "
+      "disk %.1f%% = %.1f%%   ceiling %.1f%%   (of %llu prompt blocks)\n",
+      100 * (hit - disk_hit), 100 * disk_hit, 100 * hit, 100 * y.tiers->host_hit_rate(),
+      100 * y.tiers->disk_hit_rate(), 100 * y.sim_hit, 100 * tf.ceiling(),
+      static_cast<unsigned long long>(r.prompt_blocks));
+  if (!r.onboarded)
+    std::printf(
+        "                  (workers matched host memory only: onboard from disk is not "
+        "wired into this build's workers)\n");
+  if (after) print_disk_tier(*after, *y.tiers);
+}
+
+void print_costs(const RunResult& r, uint64_t swept) {
   std::printf(
       "prefill saved:    %llu blocks (%llu tokens at 512 tokens per trace block) not recomputed\n",
       static_cast<unsigned long long>(r.matched_blocks),
@@ -496,47 +457,50 @@ int main(int argc, char** argv) {
       "blocks\n",
       double(r.verified_bytes) / (1 << 20), static_cast<unsigned long long>(r.verified_blocks),
       static_cast<unsigned long long>(r.corrupt_blocks), static_cast<unsigned long long>(swept));
-  if (after) {
-    std::printf(
-        "reclaimed:        %llu client(s), %llu block(s) returned by the daemon\n",
-        static_cast<unsigned long long>(after->reclaimed_clients - before->reclaimed_clients),
-        static_cast<unsigned long long>(after->reclaimed_blocks - before->reclaimed_blocks));
-    std::printf(
-        "final pool:       total %u = free %u + inactive %u + active %u + mutable %u; clients %u\n",
-        after->total, after->free, after->inactive, after->active, after->mutable_blocks,
-        after->clients);
-    if (after->active || after->mutable_blocks)
-      r.violations.push_back(std::to_string(after->active) + " active and " +
-                             std::to_string(after->mutable_blocks) + " mutable blocks left");
-    if (after->free + after->inactive != after->total)
-      r.violations.push_back("free + inactive != total");
-    if (o.run.kill_interval_s > 0 && r.kills > 0 &&
-        after->reclaimed_clients <= before->reclaimed_clients)
-      r.violations.push_back("workers were killed but kvpoold reclaimed no client");
-  }
-  if (o.max_sim_gap >= 0 && std::abs(100 * (hit - sim_hit)) > o.max_sim_gap)
-    r.violations.push_back("hit rate " + std::to_string(100 * hit) + "% is more than " +
-                           std::to_string(o.max_sim_gap) + " points from the simulation's " +
-                           std::to_string(100 * sim_hit) + "%");
+}
+
+// The pool as an operator sees it after the run: everything back, killed workers reclaimed.
+void check_final_pool(const Options& o, const CtlStatus& before, const CtlStatus& after,
+                      RunResult& r) {
+  std::printf("reclaimed:        %llu client(s), %llu block(s) returned by the daemon\n",
+              static_cast<unsigned long long>(after.reclaimed_clients - before.reclaimed_clients),
+              static_cast<unsigned long long>(after.reclaimed_blocks - before.reclaimed_blocks));
+  std::printf(
+      "final pool:       total %u = free %u + inactive %u + active %u + mutable %u; clients %u\n",
+      after.total, after.free, after.inactive, after.active, after.mutable_blocks, after.clients);
+  if (after.active || after.mutable_blocks)
+    r.violations.push_back(std::to_string(after.active) + " active and " +
+                           std::to_string(after.mutable_blocks) + " mutable blocks left");
+  if (after.free + after.inactive != after.total)
+    r.violations.push_back("free + inactive != total");
+  if (o.run.kill_interval_s > 0 && r.kills > 0 &&
+      after.reclaimed_clients <= before.reclaimed_clients)
+    r.violations.push_back("workers were killed but kvpoold reclaimed no client");
+}
+
+void print_verdict(const RunResult& r) {
   // The first few say what went wrong; a corrupt shared block repeats for every reader.
   for (size_t i = 0; i < r.violations.size() && i < 20; ++i)
     std::printf("VIOLATION: %s\n", r.violations[i].c_str());
   if (r.violations.size() > 20)
     std::printf("VIOLATION: ... and %zu more\n", r.violations.size() - 20);
   std::printf("verdict:          %s\n", r.violations.empty() ? "PASS" : "FAIL");
+}
 
+void record_figures(const Options& o, const RunResult& r, const Yardstick& y, uint32_t capacity,
+                    uint64_t disk_slots, double hit, nlohmann::json& out) {
   out["capacity_blocks"] = capacity;
   out["workers"] = o.run.workers;
   out["speed"] = o.run.speed;
   out["served"] = r.requests;
   out["hit_rate"] = hit;
-  out["simulated_hit_rate"] = sim_hit;
-  if (tiers) {
+  out["simulated_hit_rate"] = y.sim_hit;
+  if (y.tiers) {
     out["disk_slots"] = disk_slots;
     out["disk_hit_rate"] =
         r.prompt_blocks ? double(r.disk_matched_blocks) / double(r.prompt_blocks) : 0;
-    out["simulated_host_hit_rate"] = tiers->host_hit_rate();
-    out["simulated_disk_hit_rate"] = tiers->disk_hit_rate();
+    out["simulated_host_hit_rate"] = y.tiers->host_hit_rate();
+    out["simulated_disk_hit_rate"] = y.tiers->disk_hit_rate();
   }
   out["matched_blocks"] = r.matched_blocks;
   out["uncached_requests"] = r.uncached_requests;
@@ -549,6 +513,124 @@ int main(int argc, char** argv) {
                        {"register", thin(r.register_us, 4000)},
                        {"release", thin(r.release_us, 4000)}};
   out["pass"] = r.violations.empty();
+}
+
+// Replays through kvpoold, checks the pool after, and reports against the yardstick.
+template <typename WriteJson>
+int replay_and_report(const std::vector<TraceRequest>& reqs, const TraceFigures& tf, Options& o,
+                      const CtlTarget& ctl, const CtlStatus& before, nlohmann::json& out,
+                      const WriteJson& write_json) {
+  const uint32_t capacity = before.total;
+  const uint64_t disk_slots = before.disk_slots;
+  auto y = simulate_yardstick(reqs, o, capacity, disk_slots);
+  if (!y) return fail("simulation: ", y.status());
+  if (y->tiers) {
+    o.run.onboard = true;  // the workers continue their prefixes from disk
+    std::printf("disk tier:        %llu slots = %.1f%% of the slice's distinct blocks (%s)\n",
+                static_cast<unsigned long long>(disk_slots),
+                100.0 * double(disk_slots) / double(tf.distinct_blocks), before.disk_path.c_str());
+  }
+  auto run = replay_in_scratch(reqs, o);
+  if (!run) return usage_error(run.status().message());
+  RunResult& r = *run;
+  // Final state, as an operator sees it; then every cached block byte for byte.
+  std::optional<CtlStatus> after;
+  if (auto s = settle(ctl, o.run.pool)) after = *s;
+  else r.violations.push_back("kvpoolctl status: " + s.status().to_string());
+  if (Status st = ctl_check(ctl); !st.is_ok()) r.violations.push_back(st.message());
+  uint64_t swept = sweep(reqs, o.run, r.violations);
+  if (auto last = settle(ctl, o.run.pool)) after = *last;
+
+  for (auto* v : {&r.match_us, &r.allocate_us, &r.register_us, &r.release_us})
+    std::sort(v->begin(), v->end());
+  const double hit = r.prompt_blocks ? double(r.matched_blocks) / double(r.prompt_blocks) : 0;
+  std::printf(
+      "requests:         %llu served (%llu uncached: the pool's blocks were all held), "
+      "%llu workers killed and replaced\n",
+      static_cast<unsigned long long>(r.requests),
+      static_cast<unsigned long long>(r.uncached_requests),
+      static_cast<unsigned long long>(r.kills));
+  // Disk hits: the blocks kvpoold onboarded for the workers' matches (each one onboarded is
+  // handed to the match that asked for it), from its own counters.
+  if (y->tiers && after)
+    r.disk_matched_blocks = after->disk_blocks_onboarded - before.disk_blocks_onboarded;
+  print_hit_rates(r, *y, tf, after, hit);
+  print_costs(r, swept);
+  if (after) check_final_pool(o, before, *after, r);
+  if (o.max_sim_gap >= 0 && std::abs(100 * (hit - y->sim_hit)) > o.max_sim_gap)
+    r.violations.push_back("hit rate " + std::to_string(100 * hit) + "% is more than " +
+                           std::to_string(o.max_sim_gap) + " points from the simulation's " +
+                           std::to_string(100 * y->sim_hit) + "%");
+  print_verdict(r);
+  record_figures(o, r, *y, capacity, disk_slots, hit, out);
   write_json();
   return r.violations.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--worker") == 0)
+    return run_worker(parse_worker_args(argc, argv));
+  Options o;
+  if (int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+
+  auto all = load_trace(o.trace);
+  if (!all) {
+    std::fprintf(stderr, "kvpool-replay: %s\n", all.status().to_string().c_str());
+    return 2;
+  }
+  auto reqs = slice(*all, o.from, o.limit, o.span_s);
+  if (reqs.empty()) return usage_error("the slice is empty (--from past the end?)");
+  const TraceFigures tf = trace_figures(reqs);
+  print_trace(o, reqs, tf);
+  nlohmann::json out = {{"trace", o.trace},
+                        {"from", o.from},
+                        {"requests", tf.requests},
+                        {"prompt_blocks", tf.prompt_blocks},
+                        {"distinct_blocks", tf.distinct_blocks},
+                        {"ceiling", tf.ceiling()},
+                        {"span_s", tf.span_s},
+                        {"token_ms", o.run.token_ms}};
+  if (o.disk_pct > 0)
+    o.disk_blocks =
+        static_cast<uint64_t>(std::max(1.0, double(tf.distinct_blocks) * o.disk_pct / 100));
+  auto write_json = [&] {
+    if (o.json.empty()) return;
+    std::ofstream(o.json) << out.dump(1) << "\n";
+  };
+  if (!o.simulate_pcts.empty() && o.disk_blocks > 0)
+    return simulate_two_tiers(reqs, tf, o.simulate_pcts, o.run.token_ms, o.disk_blocks, out,
+                              write_json);
+  if (!o.simulate_pcts.empty()) return simulate_one_tier(reqs, tf, o, out, write_json);
+
+  // The daemon: our own, or the one running.
+  std::unique_ptr<PrivateDaemon> daemon;
+  if (!o.kvpoold.empty())
+    if (int rc = start_private_daemon(o, tf, daemon); rc != 0) return rc;
+  const CtlTarget ctl{o.kvpoolctl, o.run.instance, o.run.runtime_dir};
+  if (o.run.pool.empty()) {
+    auto p = ctl_first_pool(ctl);
+    if (!p) return fail("", p.status());
+    o.run.pool = *p;
+  }
+  auto before = ctl_status(ctl, o.run.pool);
+  if (!before) return fail("", before.status());
+  print_run(o, tf, before->total);
+
+  if (o.cold_restart_at > 0) {
+    const auto cut = static_cast<size_t>(std::llround(o.cold_restart_at * double(reqs.size())));
+    if (!daemon || before->disk_slots == 0 || o.cold_restart_at >= 1 || cut == 0 ||
+        cut >= reqs.size() || o.run.shallow_levels != 0 || o.run.kill_interval_s > 0)
+      return usage_error(
+          "--cold-restart-at F needs --kvpoold with a disk tier, 0 < F < 1 leaving requests on "
+          "both sides, and no --shallow-levels or --kill-interval");
+    o.run.self = self_path();
+    const int rc = replay_with_cold_restart(
+        reqs, ColdRestartPlan{cut, before->total, before->disk_slots, o.max_sim_gap}, o.run, ctl,
+        *daemon, out);
+    write_json();
+    return rc;
+  }
+  return replay_and_report(reqs, tf, o, ctl, *before, out, write_json);
 }
