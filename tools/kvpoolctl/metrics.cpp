@@ -140,35 +140,28 @@ void collect_disk(const ctl::ControlView& v, std::vector<Family>& f) {
   }
 }
 
-}  // namespace
-
-std::string format_double(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
+template <typename A>
+uint64_t relaxed(const A& a) {
+  return a.load(std::memory_order_relaxed);
 }
 
-Family build_info() {
-  return Family{"kvpool_build_info",
-                "gauge",
-                "Constant 1; labels give the version and git commit of the kvpool program "
-                "serving these metrics.",
-                {{"", {{"version", version()}, {"git_commit", git_commit()}}, uint64_t{1}}}};
+Family& add_family(std::vector<Family>& f, std::string name, std::string type, std::string help) {
+  f.push_back(Family{"kvpool_" + std::move(name), std::move(type), std::move(help), {}});
+  return f.back();
 }
 
-std::vector<Family> collect(const ctl::ControlView& v) {
-  auto rl = [](const auto& a) -> uint64_t { return a.load(std::memory_order_relaxed); };
-  const shm::ControlHeader& h = *v.header;
-  std::vector<Family> f;
-  auto family = [&](std::string name, std::string type, std::string help) -> Family& {
-    f.push_back(Family{"kvpool_" + std::move(name), std::move(type), std::move(help), {}});
-    return f.back();
-  };
+// Indices, not references: f grows while the families are filled.
+size_t add_family_index(std::vector<Family>& f, std::string name, std::string type,
+                        std::string help) {
+  add_family(f, std::move(name), std::move(type), std::move(help));
+  return f.size() - 1;
+}
 
-  // ---- daemon --------------------------------------------------------------------------
+// ---- daemon: who it is, and whether its engine runs ----------------------------------
+void collect_daemon(const shm::ControlHeader& h, std::vector<Family>& f) {
   // daemon_version is written once before the daemon turns ready; empty from older daemons.
   std::string daemon_version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
-  family("daemon_info", "gauge",
+  add_family(f, "daemon_info", "gauge",
          "Constant 1; labels name the daemon instance, its pid, shm layout and version.")
       .samples.push_back({"",
                           {{"kvpool_instance", h.instance},
@@ -177,33 +170,41 @@ std::vector<Family> collect(const ctl::ControlView& v) {
                             std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor)},
                            {"version", daemon_version.empty() ? "unknown" : daemon_version}},
                           uint64_t{1}});
-  family("daemon_start_time_seconds", "gauge", "Unix time the daemon started.")
+  add_family(f, "daemon_start_time_seconds", "gauge", "Unix time the daemon started.")
       .samples.push_back({"", {}, static_cast<double>(h.start_time_ns) / 1e9});
   {
-    uint64_t hb = rl(h.heartbeat_ns), now = now_ns(CLOCK_MONOTONIC);
-    family("engine_heartbeat_age_seconds", "gauge",
+    uint64_t hb = relaxed(h.heartbeat_ns), now = now_ns(CLOCK_MONOTONIC);
+    add_family(f, "engine_heartbeat_age_seconds", "gauge",
            "Seconds since the progress engine last did its periodic work (about every 50 ms "
            "when healthy).")
         .samples.push_back(
             {"", {}, hb != 0 && now > hb ? static_cast<double>(now - hb) / 1e9 : 0.0});
   }
+}
+
+// Client slots by state (shm::SlotState).
+void collect_slots(const ctl::ControlView& v, std::vector<Family>& f) {
+  const shm::ControlHeader& h = *v.header;
   uint64_t by_state[4] = {0, 0, 0, 0};
   for (uint32_t i = 0; i < h.max_clients; ++i) {
     uint32_t s = v.slot(i).state.load(std::memory_order_relaxed);
     if (s < 4) ++by_state[s];
   }
-  family("clients_attached", "gauge", "Clients attached now (any state but free).")
+  add_family(f, "clients_attached", "gauge", "Clients attached now (any state but free).")
       .samples.push_back({"", {}, by_state[1] + by_state[2] + by_state[3]});
   {
-    Family& c = family("clients", "gauge", "Client slots by state.");
+    Family& c = add_family(f, "clients", "gauge", "Client slots by state.");
     c.samples.push_back({"", {{"state", "attaching"}}, by_state[1]});
     c.samples.push_back({"", {{"state", "attached"}}, by_state[2]});
     c.samples.push_back({"", {{"state", "suspect"}}, by_state[3]});
   }
-  family("client_slots", "gauge", "Client slots (max_clients).")
+  add_family(f, "client_slots", "gauge", "Client slots (max_clients).")
       .samples.push_back({"", {}, uint64_t{h.max_clients}});
+}
+
+void collect_daemon_counters(const shm::ControlHeader& h, std::vector<Family>& f) {
   auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& a) {
-    family(name, "counter", help).samples.push_back({"", {}, rl(a)});
+    add_family(f, name, "counter", help).samples.push_back({"", {}, relaxed(a)});
   };
   counter("attaches_total", "Client attaches completed.", h.stats.clients_attached);
   counter("detaches_total", "Clean client detaches.", h.stats.clients_detached);
@@ -221,144 +222,163 @@ std::vector<Family> collect(const ctl::ControlView& v) {
           h.stats.engine_sleeps);
   {  // every layout-2 daemon has the reclaim times
     // The family always, its sample once a reclaim happened (no figure beats a made-up 0).
-    Family& last = family("last_reclaim_duration_seconds", "gauge",
+    Family& last = add_family(f, "last_reclaim_duration_seconds", "gauge",
                           "Engine time of the last reclaim, from taking up the dead client's "
                           "hang-up to its blocks being back.");
-    uint64_t noticed = rl(h.stats.last_reclaim_noticed_ns), done = rl(h.stats.last_reclaim_done_ns);
+    uint64_t noticed = relaxed(h.stats.last_reclaim_noticed_ns), done = relaxed(h.stats.last_reclaim_done_ns);
     if (noticed != 0 && done >= noticed)
       last.samples.push_back({"", {}, static_cast<double>(done - noticed) / 1e9});
   }
 
+}
+
+void collect_request_latency(const ctl::ControlView& v, std::vector<Family>& f) {
   if (const shm::LatencyHistogram* lat = ctl::request_latency(v)) {
-    Family& hist = family("request_duration_seconds", "histogram",
+    Family& hist = add_family(f, "request_duration_seconds", "histogram",
                           "Progress-engine time per request record, from taking it off the "
                           "ring to publishing its answer.");
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= shm::kLatencyBounds; ++i) {
-      cumulative += rl(lat->buckets[i]);
+      cumulative += relaxed(lat->buckets[i]);
       std::string le = i < shm::kLatencyBounds
                            ? format_double(static_cast<double>(shm::kLatencyBoundsNs[i]) / 1e9)
                            : "+Inf";
       hist.samples.push_back({"_bucket", {{"le", le}}, cumulative});
     }
     // _count is the +Inf bucket, read once, so the two always agree.
-    hist.samples.push_back({"_sum", {}, static_cast<double>(rl(lat->sum_ns)) / 1e9});
+    hist.samples.push_back({"_sum", {}, static_cast<double>(relaxed(lat->sum_ns)) / 1e9});
     hist.samples.push_back({"_count", {}, cumulative});
   }
 
-  // ---- pools ---------------------------------------------------------------------------
-  // Indices, not references: f grows while the families are filled.
-  auto index_of = [&](std::string name, std::string type, std::string help) {
-    family(std::move(name), std::move(type), std::move(help));
-    return f.size() - 1;
-  };
-  const size_t blocks = index_of("blocks", "gauge", "Blocks of a pool by state.");
-  const size_t size = index_of("pool_blocks", "gauge", "Blocks in a pool (num_blocks).");
-  const size_t bytes = index_of("pool_bytes", "gauge",
-                                "Bytes of KV data a pool holds (num_blocks x block bytes), in "
-                                "host shared memory or GPU memory (storage label).");
-  const size_t block_bytes = index_of("pool_block_bytes", "gauge", "Bytes of one block of a pool.");
-  const size_t usage =
-      index_of("pool_usage_ratio", "gauge",
-               "Fraction of a pool's blocks in use by some client: (active + mutable) / total.");
-  const size_t occupancy = index_of(
-      "pool_occupancy_ratio", "gauge",
+}
+
+// ---- pools: one sample per pool in each family ----------------------------------------
+// The pools' families, in the order they are written: each member is its family's index in
+// f (indices, not references: f grows while the families are filled).
+struct PoolFamilies {
+  size_t blocks, size, bytes, block_bytes, usage, occupancy, holds, q_tokens, h_tokens;
+  std::vector<size_t> counters;  // one per kPoolCounters entry
+  size_t adopted, adoption_dropped;
+};
+
+struct PoolCounter {
+  const char* name;
+  const char* help;
+  std::atomic<uint64_t> pool::PoolStats::*field;
+};
+constexpr PoolCounter kPoolCounters[] = {
+    {"allocations_total", "Blocks handed out by allocate.", &pool::PoolStats::allocations},
+    {"evictions_total", "Inactive registered blocks evicted to satisfy allocate.",
+     &pool::PoolStats::evictions},
+    {"registrations_total", "Blocks newly registered.", &pool::PoolStats::registrations},
+    {"register_dedups_total", "Registrations answered by an already registered block.",
+     &pool::PoolStats::register_dedups},
+    {"match_queries_total", "Sequence hashes (blocks) asked for by match.",
+     &pool::PoolStats::match_queries},
+    {"match_hits_total", "Sequence hashes (blocks) match answered with a block.",
+     &pool::PoolStats::match_hits},
+    {"released_references_total", "Immutable block references dropped.",
+     &pool::PoolStats::released_refs},
+    {"rejected_handles_total", "Stale, foreign or unknown block handles refused.",
+     &pool::PoolStats::rejected_handles},
+    {"checksum_verified_total",
+     "Checksummed blocks kvpoold hashed (verify requests and kvpoolctl scrub).",
+     &pool::PoolStats::checksum_verified},
+    {"checksum_mismatches_total",
+     "Blocks whose bytes no longer matched their checksum: evicted, never served again.",
+     &pool::PoolStats::checksum_mismatches},
+};
+
+PoolFamilies add_pool_families(std::vector<Family>& f) {
+  PoolFamilies p;
+  p.blocks = add_family_index(f, "blocks", "gauge", "Blocks of a pool by state.");
+  p.size = add_family_index(f, "pool_blocks", "gauge", "Blocks in a pool (num_blocks).");
+  p.bytes = add_family_index(f, "pool_bytes", "gauge",
+                             "Bytes of KV data a pool holds (num_blocks x block bytes), in "
+                             "host shared memory or GPU memory (storage label).");
+  p.block_bytes = add_family_index(f, "pool_block_bytes", "gauge", "Bytes of one block of a pool.");
+  p.usage = add_family_index(
+      f, "pool_usage_ratio", "gauge",
+      "Fraction of a pool's blocks in use by some client: (active + mutable) / total.");
+  p.occupancy = add_family_index(
+      f, "pool_occupancy_ratio", "gauge",
       "Fraction of a pool's blocks holding data: (active + mutable + inactive) / total; the "
       "rest are free.");
-  const size_t holds = index_of("pool_hold_records_used", "gauge",
-                                "(client, block) reference records in use (of max_holds).");
-  const size_t q_tokens =
-      index_of("prefix_cache_queries_tokens_total", "counter",
-               "Tokens asked for by match (hashes x page_size); vLLM's prefix_cache_queries.");
-  const size_t h_tokens = index_of(
-      "prefix_cache_hits_tokens_total", "counter",
+  p.holds = add_family_index(f, "pool_hold_records_used", "gauge",
+                             "(client, block) reference records in use (of max_holds).");
+  p.q_tokens = add_family_index(
+      f, "prefix_cache_queries_tokens_total", "counter",
+      "Tokens asked for by match (hashes x page_size); vLLM's prefix_cache_queries.");
+  p.h_tokens = add_family_index(
+      f, "prefix_cache_hits_tokens_total", "counter",
       "Tokens match answered from the cache (hit hashes x page_size); vLLM's prefix_cache_hits.");
-  struct PoolCounter {
-    const char* name;
-    const char* help;
-    std::atomic<uint64_t> pool::PoolStats::*field;
-  };
-  const PoolCounter pool_counters[] = {
-      {"allocations_total", "Blocks handed out by allocate.", &pool::PoolStats::allocations},
-      {"evictions_total", "Inactive registered blocks evicted to satisfy allocate.",
-       &pool::PoolStats::evictions},
-      {"registrations_total", "Blocks newly registered.", &pool::PoolStats::registrations},
-      {"register_dedups_total", "Registrations answered by an already registered block.",
-       &pool::PoolStats::register_dedups},
-      {"match_queries_total", "Sequence hashes (blocks) asked for by match.",
-       &pool::PoolStats::match_queries},
-      {"match_hits_total", "Sequence hashes (blocks) match answered with a block.",
-       &pool::PoolStats::match_hits},
-      {"released_references_total", "Immutable block references dropped.",
-       &pool::PoolStats::released_refs},
-      {"rejected_handles_total", "Stale, foreign or unknown block handles refused.",
-       &pool::PoolStats::rejected_handles},
-      {"checksum_verified_total",
-       "Checksummed blocks kvpoold hashed (verify requests and kvpoolctl scrub).",
-       &pool::PoolStats::checksum_verified},
-      {"checksum_mismatches_total",
-       "Blocks whose bytes no longer matched their checksum: evicted, never served again.",
-       &pool::PoolStats::checksum_mismatches},
-  };
-  std::vector<size_t> counter_family;
-  for (const auto& pc : pool_counters)
-    counter_family.push_back(index_of(pc.name, "counter", pc.help));
+  for (const auto& pc : kPoolCounters)
+    p.counters.push_back(add_family_index(f, pc.name, "counter", pc.help));
   // Layout 3.1: what this daemon took over from its predecessor (0 from a fresh start).
-  const size_t adopted = index_of("adopted_blocks_total", "counter",
-                                  "Registered blocks this daemon adopted from the previous "
-                                  "one at start (kvpoold --supervise or systemd's fd store).");
-  const size_t adoption_dropped =
-      index_of("adoption_dropped_blocks_total", "counter",
-               "Blocks adoption dropped at start because their registration could not be proven.");
-  for (size_t i = 0; i < v.pools.size(); ++i) {
-    const auto& p = v.pools[i];
-    const shm::PoolInfo& info = *v.pool_infos[i];
-    const std::string& name = p.name();
-    pool::PoolCounts c = p.counts();
-    const pool::PoolStats& s = p.stats();
-    auto& b = f[blocks].samples;
-    b.push_back({"", {{"pool", name}, {"state", "free"}}, uint64_t{c.free}});
-    b.push_back({"", {{"pool", name}, {"state", "mutable"}}, uint64_t{c.mutable_blocks}});
-    b.push_back({"", {{"pool", name}, {"state", "active"}}, uint64_t{c.active}});
-    b.push_back({"", {{"pool", name}, {"state", "inactive"}}, uint64_t{c.inactive}});
-    f[size].samples.push_back({"", {{"pool", name}}, uint64_t{c.total}});
-    f[bytes].samples.push_back(
-        {"", {{"pool", name}, {"storage", ctl::storage_name(info.storage)}}, info.data_bytes});
-    auto layout = Layout::create(info.layout);
-    f[block_bytes].samples.push_back(
-        {"", {{"pool", name}}, layout ? uint64_t{layout->block_bytes()} : uint64_t{0}});
-    f[usage].samples.push_back(
-        {"", {{"pool", name}}, ratio(uint64_t{c.active} + c.mutable_blocks, c.total)});
-    f[occupancy].samples.push_back(
-        {"", {{"pool", name}}, ratio(uint64_t{c.active} + c.mutable_blocks + c.inactive, c.total)});
-    f[holds].samples.push_back({"", {{"pool", name}}, rl(s.holds_used)});
-    const uint64_t page = info.layout.page_size;
-    f[q_tokens].samples.push_back({"", {{"pool", name}}, rl(s.match_queries) * page});
-    f[h_tokens].samples.push_back({"", {{"pool", name}}, rl(s.match_hits) * page});
-    for (size_t k = 0; k < std::size(pool_counters); ++k)
-      f[counter_family[k]].samples.push_back({"", {{"pool", name}}, rl(s.*pool_counters[k].field)});
-    f[adopted].samples.push_back({"", {{"pool", name}}, info.adopted_blocks});
-    f[adoption_dropped].samples.push_back({"", {{"pool", name}}, info.adoption_dropped_blocks});
-  }
+  p.adopted = add_family_index(f, "adopted_blocks_total", "counter",
+                               "Registered blocks this daemon adopted from the previous "
+                               "one at start (kvpoold --supervise or systemd's fd store).");
+  p.adoption_dropped = add_family_index(
+      f, "adoption_dropped_blocks_total", "counter",
+      "Blocks adoption dropped at start because their registration could not be proven.");
+  return p;
+}
 
-  collect_disk(v, f);
+void add_pool_samples(const ctl::ControlView& v, size_t i, const PoolFamilies& pf,
+                      std::vector<Family>& f) {
+  const auto& p = v.pools[i];
+  const shm::PoolInfo& info = *v.pool_infos[i];
+  const std::string& name = p.name();
+  const Labels l{{"pool", name}};
+  pool::PoolCounts c = p.counts();
+  const pool::PoolStats& s = p.stats();
+  auto& b = f[pf.blocks].samples;
+  b.push_back({"", {{"pool", name}, {"state", "free"}}, uint64_t{c.free}});
+  b.push_back({"", {{"pool", name}, {"state", "mutable"}}, uint64_t{c.mutable_blocks}});
+  b.push_back({"", {{"pool", name}, {"state", "active"}}, uint64_t{c.active}});
+  b.push_back({"", {{"pool", name}, {"state", "inactive"}}, uint64_t{c.inactive}});
+  f[pf.size].samples.push_back({"", l, uint64_t{c.total}});
+  f[pf.bytes].samples.push_back(
+      {"", {{"pool", name}, {"storage", ctl::storage_name(info.storage)}}, info.data_bytes});
+  auto layout = Layout::create(info.layout);
+  f[pf.block_bytes].samples.push_back(
+      {"", l, layout ? uint64_t{layout->block_bytes()} : uint64_t{0}});
+  f[pf.usage].samples.push_back({"", l, ratio(uint64_t{c.active} + c.mutable_blocks, c.total)});
+  f[pf.occupancy].samples.push_back(
+      {"", l, ratio(uint64_t{c.active} + c.mutable_blocks + c.inactive, c.total)});
+  f[pf.holds].samples.push_back({"", l, relaxed(s.holds_used)});
+  const uint64_t page = info.layout.page_size;
+  f[pf.q_tokens].samples.push_back({"", l, relaxed(s.match_queries) * page});
+  f[pf.h_tokens].samples.push_back({"", l, relaxed(s.match_hits) * page});
+  for (size_t k = 0; k < std::size(kPoolCounters); ++k)
+    f[pf.counters[k]].samples.push_back({"", l, relaxed(s.*kPoolCounters[k].field)});
+  f[pf.adopted].samples.push_back({"", l, info.adopted_blocks});
+  f[pf.adoption_dropped].samples.push_back({"", l, info.adoption_dropped_blocks});
+}
 
-  // ---- clients -------------------------------------------------------------------------
+void collect_pools(const ctl::ControlView& v, std::vector<Family>& f) {
+  const PoolFamilies pf = add_pool_families(f);
+  for (size_t i = 0; i < v.pools.size(); ++i) add_pool_samples(v, i, pf, f);
+}
+
+// ---- clients -------------------------------------------------------------------------
+void collect_clients(const ctl::ControlView& v, std::vector<Family>& f) {
+  const shm::ControlHeader& h = *v.header;
   // Per attached client, labelled by slot and pid (a slot is reused; its pid says by whom).
-  const size_t c_requests = index_of("client_requests_total", "counter",
+  const size_t c_requests = add_family_index(f, "client_requests_total", "counter",
                                      "Request records the progress engine took from a client.");
   const size_t c_errors =
-      index_of("client_protocol_errors_total", "counter", "Malformed request records of a client.");
-  const size_t c_hits = index_of("client_match_hits_total", "counter",
+      add_family_index(f, "client_protocol_errors_total", "counter", "Malformed request records of a client.");
+  const size_t c_hits = add_family_index(f, "client_match_hits_total", "counter",
                                  "Blocks a client's matches found in the registry (its hits).");
   const size_t c_rejected =
-      index_of("client_rejected_handles_total", "counter",
+      add_family_index(f, "client_rejected_handles_total", "counter",
                "Release handles of a client the daemon refused (stale, foreign, unknown).");
   const size_t c_blocks =
-      index_of("client_blocks_held", "gauge",
+      add_family_index(f, "client_blocks_held", "gauge",
                "Blocks a client holds now, all pools: its mutable blocks (kind=mutable) and the "
                "distinct registered blocks it references (kind=registered).");
-  const size_t c_refs = index_of("client_references_held", "gauge",
+  const size_t c_refs = add_family_index(f, "client_references_held", "gauge",
                                  "References a client holds to registered blocks (a block "
                                  "matched twice counts twice).");
   for (uint32_t slot = 0; slot < h.max_clients; ++slot) {
@@ -374,10 +394,10 @@ std::vector<Family> collect(const ctl::ControlView& v) {
       held += hh.held_blocks;
       refs += hh.held_refs;
     }
-    f[c_requests].samples.push_back({"", l, rl(si.requests)});
-    f[c_errors].samples.push_back({"", l, rl(si.protocol_errors)});
-    f[c_hits].samples.push_back({"", l, rl(si.match_hits)});
-    f[c_rejected].samples.push_back({"", l, rl(si.rejected_handles)});
+    f[c_requests].samples.push_back({"", l, relaxed(si.requests)});
+    f[c_errors].samples.push_back({"", l, relaxed(si.protocol_errors)});
+    f[c_hits].samples.push_back({"", l, relaxed(si.match_hits)});
+    f[c_rejected].samples.push_back({"", l, relaxed(si.rejected_handles)});
     Labels lm = l, lr = l;
     lm.emplace_back("kind", "mutable");
     lr.emplace_back("kind", "registered");
@@ -385,6 +405,33 @@ std::vector<Family> collect(const ctl::ControlView& v) {
     f[c_blocks].samples.push_back({"", lr, held});
     f[c_refs].samples.push_back({"", l, refs});
   }
+}
+
+}  // namespace
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+Family build_info() {
+  return Family{"kvpool_build_info",
+                "gauge",
+                "Constant 1; labels give the version and git commit of the kvpool program "
+                "serving these metrics.",
+                {{"", {{"version", version()}, {"git_commit", git_commit()}}, uint64_t{1}}}};
+}
+
+std::vector<Family> collect(const ctl::ControlView& v) {
+  std::vector<Family> f;
+  collect_daemon(*v.header, f);
+  collect_slots(v, f);
+  collect_daemon_counters(*v.header, f);
+  collect_request_latency(v, f);
+  collect_pools(v, f);
+  collect_disk(v, f);
+  collect_clients(v, f);
   return f;
 }
 
