@@ -213,7 +213,6 @@ TEST(BlockState, NamesAreStable) {
   EXPECT_EQ(block_state_name(BlockStateKind::kReset), "Reset");
   EXPECT_EQ(block_state_name(BlockStateKind::kPartial), "Partial");
   EXPECT_EQ(block_state_name(BlockStateKind::kComplete), "Complete");
-  EXPECT_EQ(block_state_name(BlockStateKind::kRegistered), "Registered");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Opaque keys and an asynchronous batch store over one host pool (DESIGN.md §6b).
+// Opaque keys and an asynchronous batch store over one host pool (docs/design.md §6b).
 //
 //   auto store = kvpool::BatchStore::open(client, "kv");       // Result<BatchStore>
 //   kvpool::KeyBytes keys[2] = {as_bytes("a"), as_bytes("b")};

@@ -11,9 +11,6 @@ std::string_view hint_for(BlockStateKind current, BlockStateKind want) {
   if (current == BlockStateKind::kReset) return " (call init_sequence first)";
   if (want == BlockStateKind::kReset) return " (call reset first)";
   if (current == BlockStateKind::kPartial) return " (call commit first)";
-  if (current == BlockStateKind::kRegistered && want == BlockStateKind::kComplete) {
-    return " (it is already registered)";
-  }
   return " (its tokens are final; call reset to reuse it)";
 }
 
@@ -31,8 +28,6 @@ std::string_view block_state_name(BlockStateKind kind) {
       return "Partial";
     case BlockStateKind::kComplete:
       return "Complete";
-    case BlockStateKind::kRegistered:
-      return "Registered";
   }
   return "Unknown";
 }
@@ -52,11 +47,9 @@ Status BlockState::require(BlockStateKind want, std::string_view op) const {
 }
 
 Status BlockState::require_hashed(std::string_view op) const {
-  if (kind_ == BlockStateKind::kComplete || kind_ == BlockStateKind::kRegistered) {
-    return Status::ok();
-  }
+  if (kind_ == BlockStateKind::kComplete) return Status::ok();
   std::string msg(op);
-  msg += " needs a Complete or Registered block, block is ";
+  msg += " needs a Complete block, block is ";
   msg += block_state_name(kind_);
   msg += " (hashes exist only after commit)";
   return Status(ErrorCode::kInvalidState, std::move(msg));

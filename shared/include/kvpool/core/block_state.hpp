@@ -21,9 +21,11 @@
 
 namespace kvpool {
 
-enum class BlockStateKind : uint8_t { kReset, kPartial, kComplete, kRegistered };
+// A registered block is no BlockState: registering consumes the MutableBlock and yields an
+// ImmutableBlock (docs/design.md §1), so a Complete block's state never changes again.
+enum class BlockStateKind : uint8_t { kReset, kPartial, kComplete };
 
-// "Reset", "Partial", "Complete", "Registered".
+// "Reset", "Partial", "Complete".
 std::string_view block_state_name(BlockStateKind kind);
 
 class BlockState {
@@ -67,7 +69,7 @@ class BlockState {
   HashScheme hash_scheme() const { return scheme_; }
   std::optional<SequenceHash> parent_sequence_hash() const { return parent_; }
 
-  // Complete or Registered only, else InvalidState.
+  // Complete only, else InvalidState.
   Result<SequenceHash> sequence_hash() const;
   Result<BlockHash> block_hash() const;
 
@@ -75,7 +77,7 @@ class BlockState {
   // Ok when the block is in `want`, else InvalidState "<op> needs a <want> block, block is
   // <current> (<what to do>)".
   Status require(BlockStateKind want, std::string_view op) const;
-  // InvalidState for the hash accessors unless Complete or Registered.
+  // InvalidState for the hash accessors unless Complete.
   Status require_hashed(std::string_view op) const;
 
   uint32_t page_size_;

@@ -111,7 +111,7 @@ enum class Opcode : uint32_t {
   // i * tokens_per_block), then, when key_bytes > 0, count u32 key lengths and the keys'
   // key_bytes bytes one after the other (register_extras_bytes). Answer: as kRegister.
   kRegisterTokens = 10,
-  // Opaque keys (libclient's BatchStore, DESIGN.md §6b): a key's block is found by a 64-bit
+  // Opaque keys (libclient's BatchStore, docs/design.md §6b): a key's block is found by a 64-bit
   // index hash, and the key itself is checked in the block by the client.
   // kLookup: payload count u64 sequence hashes. Answer: count BlockRefs, one per hash in
   // order; a hit takes a reference (as kMatch), a miss is {kNoBlock, 0}. No prefix stop.
