@@ -201,75 +201,74 @@ std::vector<std::byte> register_tokens_payload(std::span<const pool::RegisterIte
   return out;
 }
 
+// Where checksums read the blocks' bytes (RegisterOptions::checksum), or nullptr without.
+// Checksums are of the bytes as this process sees them now: the block is still ours
+// (mutable), so nobody else may be writing it.
+Result<const std::byte*> checksum_base(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                                       const std::string& pool_name,
+                                       const RegisterOptions& options) {
+  if (!options.checksum) return static_cast<const std::byte*>(nullptr);
+  const detail::PoolView& view = c->conn().pools()[pool];
+  if (view.is_device())
+    return Status(ErrorCode::kUnsupported,
+                  "pool '" + pool_name +
+                      "' is a device pool: block checksums need a host pool, whose bytes "
+                      "kvpoold can read (register without RegisterOptions::checksum)");
+  auto b = c->base(pool);
+  if (!b) return b.status();
+  return static_cast<const std::byte*>(*b);
+}
+
+// Block i of a register call: ours, in this pool, still valid after any restart, committed.
+Status check_register_block(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
+                            const std::string& pool_name, size_t i, const MutableBlock& b) {
+  if (!b.valid() || b.pool_index() != pool)
+    return Status(ErrorCode::kInvalidArgument,
+                  "block " + std::to_string(i) + " does not belong to pool '" + pool_name + "'");
+  // A block id means something only to the connection that allocated it: another
+  // Client's block (another daemon's, or this daemon's under another slot) would name
+  // some other block here.
+  if (!PoolAccess::issued_by(b, c.get()))
+    return Status(ErrorCode::kInvalidArgument,
+                  "block " + std::to_string(i) +
+                      " was allocated by another kvpool::Client: a block can be registered only "
+                      "through the Client (and pool) that allocated it");
+  // A block a restarted kvpoold did not give back: its id may be another's there now.
+  if (Status kept =
+          c->check_handle(pool, PoolAccess::incarnation(b), {b.block_id(), b.generation()});
+      !kept.is_ok())
+    return Status(kept.code(), "block " + std::to_string(i) + ": " + kept.message());
+  if (!b.state().sequence_hash() || !b.state().block_hash() || !b.state().is_complete())
+    return Status(ErrorCode::kInvalidState,
+                  "block " + std::to_string(i) +
+                      " must be committed (Complete) before register, it is " +
+                      std::string(block_state_name(b.state().kind())));
+  return Status::ok();
+}
+
 RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                            const std::string& pool_name, std::vector<MutableBlock> blocks,
                            const RegisterOptions& options) {
   std::vector<pool::RegisterItem> items(blocks.size());
   std::vector<SequenceHash> hashes(blocks.size());
-  Status bad;
-  // Checksums are of the bytes as this process sees them now: the block is still ours
-  // (mutable), so nobody else may be writing it.
-  const std::byte* base = nullptr;
-  if (options.checksum) {
-    const detail::PoolView& view = c->conn().pools()[pool];
-    if (view.is_device()) {
-      bad = Status(ErrorCode::kUnsupported,
-                   "pool '" + pool_name +
-                       "' is a device pool: block checksums need a host pool, whose bytes "
-                       "kvpoold can read (register without RegisterOptions::checksum)");
-    } else {
-      auto b = c->base(pool);
-      if (b) {
-        base = *b;
-      } else {
-        bad = b.status();
-      }
-    }
-  }
+  auto base = checksum_base(c, pool, pool_name, options);
+  Status bad = base.status();
   for (size_t i = 0; i < blocks.size() && bad.is_ok(); ++i) {
-    MutableBlock& b = blocks[i];
-    if (!b.valid() || b.pool_index() != pool) {
-      bad = Status(ErrorCode::kInvalidArgument,
-                   "block " + std::to_string(i) + " does not belong to pool '" + pool_name + "'");
-      break;
-    }
-    // A block id means something only to the connection that allocated it: another
-    // Client's block (another daemon's, or this daemon's under another slot) would name
-    // some other block here.
-    if (!PoolAccess::issued_by(b, c.get())) {
-      bad = Status(ErrorCode::kInvalidArgument,
-                   "block " + std::to_string(i) +
-                       " was allocated by another kvpool::Client: a block can be registered only "
-                       "through the Client (and pool) that allocated it");
-      break;
-    }
-    // A block a restarted kvpoold did not give back: its id may be another's there now.
-    if (Status kept =
-            c->check_handle(pool, PoolAccess::incarnation(b), {b.block_id(), b.generation()});
-        !kept.is_ok()) {
-      bad = Status(kept.code(), "block " + std::to_string(i) + ": " + kept.message());
-      break;
-    }
-    auto seq = b.state().sequence_hash();
-    auto bh = b.state().block_hash();
-    if (!seq || !bh || !b.state().is_complete()) {
-      bad = Status(ErrorCode::kInvalidState,
-                   "block " + std::to_string(i) +
-                       " must be committed (Complete) before register, it is " +
-                       std::string(block_state_name(b.state().kind())));
-      break;
-    }
+    const MutableBlock& b = blocks[i];
+    bad = check_register_block(c, pool, pool_name, i, b);
+    if (!bad.is_ok()) break;
+    const SequenceHash seq = *b.state().sequence_hash();
     auto parent = b.state().parent_sequence_hash();
     items[i] = pool::RegisterItem{{b.block_id(), b.generation()},
-                                  *seq,
-                                  *bh,
+                                  seq,
+                                  *b.state().block_hash(),
                                   parent.value_or(0),
                                   b.priority(),
                                   parent ? 1u : 0u,
                                   kNoChecksum};
-    if (base != nullptr)
-      items[i].checksum = block_checksum(base, c->conn().pools()[pool].layout, b.block_id());
-    hashes[i] = *seq;
+    if (*base != nullptr)
+      items[i].checksum = block_checksum(*base, c->conn().pools()[pool].layout, b.block_id());
+    hashes[i] = seq;
   }
   auto send = [&]() -> Result<detail::Call> {
     if (!bad.is_ok()) return bad;
