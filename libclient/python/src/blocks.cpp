@@ -321,22 +321,19 @@ void ImmutableBlocksObject::release() {
 
 // ---- bindings ---------------------------------------------------------------------------------
 
-void bind_blocks(py::module_& m) {
-  py::class_<MutableBlockObject>(
-      m, "MutableBlock", py::custom_type_setup(&enable_buffer<MutableBlockObject>),
-      "A block this worker owns alone, from Pool.allocate_blocks: fill it (token API, and bytes\n"
-      "through the buffer protocol), then hand it to Pool.register_blocks.\n\n"
-      "Released (returned to the pool, reset) by release(), at the end of a `with` block, or\n"
-      "when garbage-collected. numpy.asarray(block) / memoryview(block) is a writable view\n"
-      "of the block's memory, shaped (num_layers, outer_dim, page_size, inner_dim), items\n"
-      "unsigned integers of dtype_bytes (use .view(numpy.float16) etc.).")
-      .def(
-          "init_sequence",
-          [](MutableBlockObject& b, uint64_t salt, std::optional<uint64_t> parent) {
-            check(b.get().init_sequence(salt, parent));
-          },
-          py::arg("salt") = 0, py::arg("parent") = py::none(),
-          "Reset -> Partial. parent: the sequence hash of the previous block, None for the first.")
+namespace {
+
+using MutableClass = py::class_<MutableBlockObject>;
+
+// The token state machine: Reset -> Partial -> Complete, and the hashes commit computes.
+void bind_mutable_tokens(MutableClass& c) {
+  c.def(
+       "init_sequence",
+       [](MutableBlockObject& b, uint64_t salt, std::optional<uint64_t> parent) {
+         check(b.get().init_sequence(salt, parent));
+       },
+       py::arg("salt") = 0, py::arg("parent") = py::none(),
+       "Reset -> Partial. parent: the sequence hash of the previous block, None for the first.")
       .def(
           "add_token", [](MutableBlockObject& b, uint32_t t) { check(b.get().add_token(t)); },
           py::arg("token"), "Adds one token (Partial only); BlockFull when full.")
@@ -373,9 +370,13 @@ void bind_blocks(py::module_& m) {
                                auto t = b.get().state().tokens();
                                return std::vector<Token>(t.begin(), t.end());
                              })
-      .def_property_readonly("state", &state_name, "'Reset', 'Partial' or 'Complete'.")
-      .def_property_readonly("block_id",
-                             [](const MutableBlockObject& b) { return b.get().block_id(); })
+      .def_property_readonly("state", &state_name, "'Reset', 'Partial' or 'Complete'.");
+}
+
+// Identity, memory (addresses, buffer, CUDA array interface) and lifetime.
+void bind_mutable_memory(MutableClass& c) {
+  c.def_property_readonly("block_id",
+                          [](const MutableBlockObject& b) { return b.get().block_id(); })
       .def_property_readonly("generation",
                              [](const MutableBlockObject& b) { return b.get().generation(); })
       .def_property_readonly("pool_index",
@@ -414,7 +415,22 @@ void bind_blocks(py::module_& m) {
         return "<kvpool.MutableBlock pool='" + b.meta().name +
                "' id=" + std::to_string(b.get().block_id()) + " " + state_name(b) + ">";
       });
+}
 
+void bind_mutable_block(py::module_& m) {
+  MutableClass c(
+      m, "MutableBlock", py::custom_type_setup(&enable_buffer<MutableBlockObject>),
+      "A block this worker owns alone, from Pool.allocate_blocks: fill it (token API, and bytes\n"
+      "through the buffer protocol), then hand it to Pool.register_blocks.\n\n"
+      "Released (returned to the pool, reset) by release(), at the end of a `with` block, or\n"
+      "when garbage-collected. numpy.asarray(block) / memoryview(block) is a writable view\n"
+      "of the block's memory, shaped (num_layers, outer_dim, page_size, inner_dim), items\n"
+      "unsigned integers of dtype_bytes (use .view(numpy.float16) etc.).");
+  bind_mutable_tokens(c);
+  bind_mutable_memory(c);
+}
+
+void bind_immutable_block(py::module_& m) {
   py::class_<ImmutableBlockObject>(
       m, "ImmutableBlock", py::custom_type_setup(&enable_buffer<ImmutableBlockObject>),
       "A registered block: one reference, dropped by release(), at the end of a `with` block,\n"
@@ -457,7 +473,9 @@ void bind_blocks(py::module_& m) {
                "' id=" + std::to_string(b.get().block_id()) +
                " sequence_hash=" + std::to_string(b.get().sequence_hash()) + ">";
       });
+}
 
+void bind_immutable_blocks(py::module_& m) {
   py::class_<ImmutableBlocksObject>(
       m, "ImmutableBlocks",
       "Registered blocks returned by register_blocks / match_sequence_hashes: a sequence of\n"
@@ -504,6 +522,14 @@ void bind_blocks(py::module_& m) {
         return "<kvpool.ImmutableBlocks pool='" + b.meta()->name + "' " + std::to_string(b.size()) +
                " block(s)>";
       });
+}
+
+}  // namespace
+
+void bind_blocks(py::module_& m) {
+  bind_mutable_block(m);
+  bind_immutable_block(m);
+  bind_immutable_blocks(m);
 }
 
 }  // namespace kvpool::python

@@ -261,30 +261,7 @@ py::dict layout_dict(const PoolMeta& m) {
   return d;
 }
 
-}  // namespace
-}  // namespace kvpool::python
-
-PYBIND11_MODULE(_kvpool, m) {
-  using namespace kvpool;
-  using namespace kvpool::python;
-  m.doc() =
-      "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's "
-      "docs/python.md).";
-  bind_errors(m);
-  bind_blocks(m);
-#ifdef KVPOOL_HAVE_DLPACK
-  bind_dlpack(m);
-#endif
-
-  py::class_<PendingAllocate>(m, "_PendingAllocate")
-      .def("wait", &PendingAllocate::wait, "The answer (blocks until kvpoold gives it).");
-  py::class_<PendingImmutables>(m, "_PendingImmutables")
-      .def("wait", &PendingImmutables::wait, "The answer (blocks until kvpoold gives it).");
-
-  // The libkvpool this extension was built with (kvpool/core/version.hpp).
-  m.attr("__version__") = kvpool::version();
-  m.attr("__git_commit__") = kvpool::git_commit();
-
+void bind_pool(py::module_& m) {
   py::class_<PoolObject>(m, "Pool", "One of kvpoold's pools, from Client.pool(name).")
       .def("_allocate_blocks_send", &PoolObject::allocate_send, py::arg("count"))
       .def("_register_blocks_send", &PoolObject::register_send, py::arg("blocks"),
@@ -352,7 +329,9 @@ PYBIND11_MODULE(_kvpool, m) {
         return "<kvpool.Pool '" + p.pool().name() + "' " +
                (p.pool().is_device() ? "cuda" : "host") + ">";
       });
+}
 
+void bind_client(py::module_& m) {
   py::class_<Client>(m, "Client", "A connection to kvpoold; may be shared by threads.")
       .def_static("connect", &connect, py::arg("instance") = "default", py::arg("runtime_dir") = "",
                   py::arg("connect_timeout") = 5.0, py::arg("poll_us") = 50,
@@ -382,7 +361,34 @@ PYBIND11_MODULE(_kvpool, m) {
       .def_property_readonly("slot", &Client::slot)
       .def("__repr__",
            [](const Client& c) { return "<kvpool.Client slot=" + std::to_string(c.slot()) + ">"; });
+}
 
+}  // namespace
+}  // namespace kvpool::python
+
+PYBIND11_MODULE(_kvpool, m) {
+  using namespace kvpool;
+  using namespace kvpool::python;
+  m.doc() =
+      "Python bindings of libkvpool, a worker's connection to kvpoold (see kvpool's "
+      "docs/python.md).";
+  bind_errors(m);
+  bind_blocks(m);
+#ifdef KVPOOL_HAVE_DLPACK
+  bind_dlpack(m);
+#endif
+
+  py::class_<PendingAllocate>(m, "_PendingAllocate")
+      .def("wait", &PendingAllocate::wait, "The answer (blocks until kvpoold gives it).");
+  py::class_<PendingImmutables>(m, "_PendingImmutables")
+      .def("wait", &PendingImmutables::wait, "The answer (blocks until kvpoold gives it).");
+
+  // The libkvpool this extension was built with (kvpool/core/version.hpp).
+  m.attr("__version__") = kvpool::version();
+  m.attr("__git_commit__") = kvpool::git_commit();
+
+  bind_pool(m);
+  bind_client(m);
   bind_batch_store(m);
 
   m.def("hash_tokens", &hash_tokens, py::arg("tokens"), py::arg("page_size"), py::arg("salt") = 0,
