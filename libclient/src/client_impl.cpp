@@ -509,8 +509,7 @@ Status ClientImpl::claim_back(Connection& old, Connection& fresh, bool* successo
   if (Status st = send_claims(held_, kept, sender); !st.is_ok()) return give_up(st);
   bool refused = false;
   *successor_died = false;
-  if (Status st = await_claims(sender.sent(), fresh, held_, &refused, successor_died);
-      !st.is_ok())
+  if (Status st = await_claims(sender.sent(), fresh, held_, &refused, successor_died); !st.is_ok())
     return give_up(st);
   for (uint32_t pool = 0; pool < kept.size(); ++pool) {
     if (kept[pool] && !refused) continue;

@@ -59,7 +59,7 @@ TEST(OwnerQuota, PerBlockCountsWhatTheOwnerHoldsThere) {
   EXPECT_TRUE(gate.per_block(1, 5, 1).is_ok());
   ASSERT_TRUE(holds.add(1, 5));
   expect_refused(gate.per_block(1, 5, 1), "max_refs_per_block");
-  EXPECT_TRUE(gate.per_block(0, 5, 2).is_ok());     // another owner holds none there
+  EXPECT_TRUE(gate.per_block(0, 5, 2).is_ok());      // another owner holds none there
   EXPECT_TRUE(gate.per_block(1, kNone, 2).is_ok());  // not registered yet
 }
 

@@ -162,7 +162,7 @@ void collect_daemon(const shm::ControlHeader& h, std::vector<Family>& f) {
   // daemon_version is written once before the daemon turns ready; empty from older daemons.
   std::string daemon_version(h.daemon_version, strnlen(h.daemon_version, sizeof(h.daemon_version)));
   add_family(f, "daemon_info", "gauge",
-         "Constant 1; labels name the daemon instance, its pid, shm layout and version.")
+             "Constant 1; labels name the daemon instance, its pid, shm layout and version.")
       .samples.push_back({"",
                           {{"kvpool_instance", h.instance},
                            {"pid", std::to_string(h.daemon_pid)},
@@ -175,8 +175,8 @@ void collect_daemon(const shm::ControlHeader& h, std::vector<Family>& f) {
   {
     uint64_t hb = relaxed(h.heartbeat_ns), now = now_ns(CLOCK_MONOTONIC);
     add_family(f, "engine_heartbeat_age_seconds", "gauge",
-           "Seconds since the progress engine last did its periodic work (about every 50 ms "
-           "when healthy).")
+               "Seconds since the progress engine last did its periodic work (about every 50 ms "
+               "when healthy).")
         .samples.push_back(
             {"", {}, hb != 0 && now > hb ? static_cast<double>(now - hb) / 1e9 : 0.0});
   }
@@ -223,20 +223,20 @@ void collect_daemon_counters(const shm::ControlHeader& h, std::vector<Family>& f
   {  // every layout-2 daemon has the reclaim times
     // The family always, its sample once a reclaim happened (no figure beats a made-up 0).
     Family& last = add_family(f, "last_reclaim_duration_seconds", "gauge",
-                          "Engine time of the last reclaim, from taking up the dead client's "
-                          "hang-up to its blocks being back.");
-    uint64_t noticed = relaxed(h.stats.last_reclaim_noticed_ns), done = relaxed(h.stats.last_reclaim_done_ns);
+                              "Engine time of the last reclaim, from taking up the dead client's "
+                              "hang-up to its blocks being back.");
+    uint64_t noticed = relaxed(h.stats.last_reclaim_noticed_ns),
+             done = relaxed(h.stats.last_reclaim_done_ns);
     if (noticed != 0 && done >= noticed)
       last.samples.push_back({"", {}, static_cast<double>(done - noticed) / 1e9});
   }
-
 }
 
 void collect_request_latency(const ctl::ControlView& v, std::vector<Family>& f) {
   if (const shm::LatencyHistogram* lat = ctl::request_latency(v)) {
     Family& hist = add_family(f, "request_duration_seconds", "histogram",
-                          "Progress-engine time per request record, from taking it off the "
-                          "ring to publishing its answer.");
+                              "Progress-engine time per request record, from taking it off the "
+                              "ring to publishing its answer.");
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= shm::kLatencyBounds; ++i) {
       cumulative += relaxed(lat->buckets[i]);
@@ -249,7 +249,6 @@ void collect_request_latency(const ctl::ControlView& v, std::vector<Family>& f) 
     hist.samples.push_back({"_sum", {}, static_cast<double>(relaxed(lat->sum_ns)) / 1e9});
     hist.samples.push_back({"_count", {}, cumulative});
   }
-
 }
 
 // ---- pools: one sample per pool in each family ----------------------------------------
@@ -365,22 +364,24 @@ void collect_pools(const ctl::ControlView& v, std::vector<Family>& f) {
 void collect_clients(const ctl::ControlView& v, std::vector<Family>& f) {
   const shm::ControlHeader& h = *v.header;
   // Per attached client, labelled by slot and pid (a slot is reused; its pid says by whom).
-  const size_t c_requests = add_family_index(f, "client_requests_total", "counter",
-                                     "Request records the progress engine took from a client.");
-  const size_t c_errors =
-      add_family_index(f, "client_protocol_errors_total", "counter", "Malformed request records of a client.");
-  const size_t c_hits = add_family_index(f, "client_match_hits_total", "counter",
-                                 "Blocks a client's matches found in the registry (its hits).");
+  const size_t c_requests =
+      add_family_index(f, "client_requests_total", "counter",
+                       "Request records the progress engine took from a client.");
+  const size_t c_errors = add_family_index(f, "client_protocol_errors_total", "counter",
+                                           "Malformed request records of a client.");
+  const size_t c_hits =
+      add_family_index(f, "client_match_hits_total", "counter",
+                       "Blocks a client's matches found in the registry (its hits).");
   const size_t c_rejected =
       add_family_index(f, "client_rejected_handles_total", "counter",
-               "Release handles of a client the daemon refused (stale, foreign, unknown).");
-  const size_t c_blocks =
-      add_family_index(f, "client_blocks_held", "gauge",
-               "Blocks a client holds now, all pools: its mutable blocks (kind=mutable) and the "
-               "distinct registered blocks it references (kind=registered).");
+                       "Release handles of a client the daemon refused (stale, foreign, unknown).");
+  const size_t c_blocks = add_family_index(
+      f, "client_blocks_held", "gauge",
+      "Blocks a client holds now, all pools: its mutable blocks (kind=mutable) and the "
+      "distinct registered blocks it references (kind=registered).");
   const size_t c_refs = add_family_index(f, "client_references_held", "gauge",
-                                 "References a client holds to registered blocks (a block "
-                                 "matched twice counts twice).");
+                                         "References a client holds to registered blocks (a block "
+                                         "matched twice counts twice).");
   for (uint32_t slot = 0; slot < h.max_clients; ++slot) {
     const shm::SlotInfo& si = v.slot(slot);
     if (si.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kFree))

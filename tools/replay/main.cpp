@@ -535,8 +535,10 @@ int replay_and_report(const std::vector<TraceRequest>& reqs, const TraceFigures&
   RunResult& r = *run;
   // Final state, as an operator sees it; then every cached block byte for byte.
   std::optional<CtlStatus> after;
-  if (auto s = settle(ctl, o.run.pool)) after = *s;
-  else r.violations.push_back("kvpoolctl status: " + s.status().to_string());
+  if (auto s = settle(ctl, o.run.pool))
+    after = *s;
+  else
+    r.violations.push_back("kvpoolctl status: " + s.status().to_string());
   if (Status st = ctl_check(ctl); !st.is_ok()) r.violations.push_back(st.message());
   uint64_t swept = sweep(reqs, o.run, r.violations);
   if (auto last = settle(ctl, o.run.pool)) after = *last;

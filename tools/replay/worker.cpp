@@ -185,7 +185,8 @@ class Worker {
     alloc_ns = ns_between(a0, Clock::now());
     if (!fresh) {
       exit_if_gone(fresh.status());
-      if (fresh.status().code() != ErrorCode::kNotEnoughBlocks) return fail("allocate: ", fresh.status());
+      if (fresh.status().code() != ErrorCode::kNotEnoughBlocks)
+        return fail("allocate: ", fresh.status());
       cached = false;  // blocks held by running requests: served without caching its tail
       return 0;
     }

@@ -146,7 +146,7 @@ ConstArenaRegions locate_regions(const void* memory) {
 }
 
 ConstArenaRegions as_const(const ArenaRegions& r) {
-  return ConstArenaRegions{r.header, r.blocks,  r.table, r.levels,     r.level_heap,
+  return ConstArenaRegions{r.header,      r.blocks, r.table, r.levels,     r.level_heap,
                            r.level_table, r.owners, r.holds, r.hold_table, r.checksums};
 }
 

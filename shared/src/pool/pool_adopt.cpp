@@ -46,10 +46,10 @@ struct AdoptionPlan {
     bool was_active;
     uint64_t order;  // returned_tick (inactive) or acquired_tick (active)
   };
-  std::vector<Kept> kept;       // proven registered, nobody live holds them: inactive
-  std::vector<uint32_t> held;   // proven registered, a live client holds them: keeper's reference
+  std::vector<Kept> kept;      // proven registered, nobody live holds them: inactive
+  std::vector<uint32_t> held;  // proven registered, a live client holds them: keeper's reference
   std::vector<uint32_t> withheld;  // a live client holds them, unproven: keeper's mutable block
-  std::vector<uint8_t> keep;    // per block: not free (kept, held or withheld)
+  std::vector<uint8_t> keep;       // per block: not free (kept, held or withheld)
 };
 
 namespace {
@@ -109,10 +109,10 @@ Status PoolCore::adopt_checks(const PreviousArena& previous, std::span<const uin
                               uint32_t keeper) const {
   const ArenaHeader& h = *arena_.header;
   if (previous.num_blocks() != h.num_blocks)
-    return Status(ErrorCode::kInvalidState,
-                  "pool '" + name_ + "': the previous arena has " +
-                      std::to_string(previous.num_blocks()) + " blocks, this pool " +
-                      std::to_string(h.num_blocks));
+    return Status(ErrorCode::kInvalidState, "pool '" + name_ + "': the previous arena has " +
+                                                std::to_string(previous.num_blocks()) +
+                                                " blocks, this pool " +
+                                                std::to_string(h.num_blocks));
   if (free_.size() != h.num_blocks || registry_.size() != 0)
     return Status(ErrorCode::kInvalidState,
                   "pool '" + name_ + "': adoption needs a freshly created pool");
@@ -159,10 +159,11 @@ void plan_adoption(const PreviousArena& prev, const std::vector<uint8_t>& pinned
   }
   // The previously inactive first in return order, then the previously active in the order
   // they were acquired.
-  std::sort(plan.kept.begin(), plan.kept.end(), [](const AdoptionPlan::Kept& a, const AdoptionPlan::Kept& b) {
-    if (a.was_active != b.was_active) return !a.was_active;
-    return a.order < b.order;
-  });
+  std::sort(plan.kept.begin(), plan.kept.end(),
+            [](const AdoptionPlan::Kept& a, const AdoptionPlan::Kept& b) {
+              if (a.was_active != b.was_active) return !a.was_active;
+              return a.order < b.order;
+            });
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Per-block checksums (kvpool/core/checksum.hpp): the daemon hashes a registered block's
 // bytes and tells the core; a mismatch poisons the block.
+#include "handle_text.hpp"
 #include "kvpool/core/counter.hpp"
 #include "kvpool/pool/pool_core.hpp"
-#include "handle_text.hpp"
 #include "write_section.hpp"
 
 namespace kvpool::pool {

@@ -1,9 +1,9 @@
 #include "kvpool/pool/pool_core.hpp"
 
+#include "handle_text.hpp"
 #include "kvpool/core/checksum.hpp"
 #include "kvpool/core/counter.hpp"
 #include "kvpool/pool/arena_invariants.hpp"
-#include "handle_text.hpp"
 #include "write_section.hpp"
 
 #include <algorithm>
@@ -67,8 +67,7 @@ Status PoolCore::check_owner(uint32_t owner) const {
   if (owner >= arena_.header->max_owners)
     return Status(ErrorCode::kInvalidArgument, "owner " + std::to_string(owner) +
                                                    " out of range (max_owners " +
-                                                   std::to_string(arena_.header->max_owners) +
-                                                   ")");
+                                                   std::to_string(arena_.header->max_owners) + ")");
   return Status::ok();
 }
 
@@ -229,8 +228,7 @@ Status PoolCore::register_blocks(uint32_t owner, std::span<const RegisterItem> i
   // Validate the whole batch first: a bad item changes nothing.
   KVPOOL_RETURN_IF_ERROR(check_register_batch(owner, items));
   KVPOOL_RETURN_IF_ERROR(check_hold_room(items.size(), "register", "needs"));
-  KVPOOL_RETURN_IF_ERROR(
-      quota_gate().register_items(owner, arena_.owners[owner].hold_refs, items));
+  KVPOOL_RETURN_IF_ERROR(quota_gate().register_items(owner, arena_.owners[owner].hold_refs, items));
 
   stored_scratch_.clear();
   for (size_t i = 0; i < items.size(); ++i) {

@@ -1,7 +1,7 @@
 // Reattach after a restart (daemon/previous_clients.hpp): what adoption kept for a client of
 // the previous daemon under the keeper owner goes back to that client, or free.
-#include "kvpool/pool/pool_core.hpp"
 #include "handle_text.hpp"
+#include "kvpool/pool/pool_core.hpp"
 #include "write_section.hpp"
 
 namespace kvpool::pool {

@@ -1,8 +1,8 @@
 // Releases: mutable blocks back to the free FIFO, references dropped (the last one makes a
 // block inactive), and everything an owner held at once (a dead client).
+#include "handle_text.hpp"
 #include "kvpool/core/counter.hpp"
 #include "kvpool/pool/pool_core.hpp"
-#include "handle_text.hpp"
 #include "write_section.hpp"
 
 namespace kvpool::pool {

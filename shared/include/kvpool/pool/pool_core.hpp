@@ -210,10 +210,10 @@ class PoolCore {
   Status check_hold_room(size_t n, const char* call, const char* need) const;
   Status check_register_batch(uint32_t owner, std::span<const RegisterItem> items);
   QuotaGate quota_gate() const { return QuotaGate(quota_, name_, holds_, registry_); }
-  void recycle(uint32_t owner, uint32_t id);         // mutable -> free
-  void take_reference(uint32_t owner, uint32_t id);  // active hit or promotion
+  void recycle(uint32_t owner, uint32_t id);             // mutable -> free
+  void take_reference(uint32_t owner, uint32_t id);      // active hit or promotion
   void drop_reference(uint32_t id, uint32_t count = 1);  // refcount-count, inactive at 0
-  uint32_t evict();          // the inactive block evicted first leaves the registry
+  uint32_t evict();  // the inactive block evicted first leaves the registry
   void register_new(uint32_t owner, const RegisterItem& it);  // the caller's block registers
   void poison(uint32_t id);  // registered -> out of the registry; free now or at last release
   Status adopt_checks(const PreviousArena& previous, std::span<const uint8_t> live_owners,

@@ -19,9 +19,7 @@ class PreviousArena {
  public:
   // A view of an arena whose header validate_arena() passed (open() checks more).
   PreviousArena(const ConstArenaRegions& arena, std::string name)
-      : arena_(arena),
-        table_(arena.table, arena.header->table_capacity),
-        name_(std::move(name)) {}
+      : arena_(arena), table_(arena.table, arena.header->table_capacity), name_(std::move(name)) {}
 
   const std::string& name() const { return name_; }
   const ArenaHeader& header() const { return *arena_.header; }
