@@ -18,23 +18,19 @@
 #include <numaif.h>
 #endif
 
+#include "kvpool/core/units.hpp"
+
 namespace kvpool::daemon {
 namespace {
 
 constexpr uint64_t kChunk = 256ull << 20;  // pre-fault step: progress granularity
 constexpr long kHugetlbfsMagic = 0x958458f6;
 
-std::string gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return buf;
-}
-
 std::string free_space(int fd) {
   struct statvfs v {};
   if (::fstatvfs(fd, &v) != 0 || v.f_blocks == 0) return "";
-  return " (" + gib(static_cast<uint64_t>(v.f_bavail) * v.f_frsize) + " free of " +
-         gib(static_cast<uint64_t>(v.f_blocks) * v.f_frsize) + ")";
+  return " (" + gib_text(static_cast<uint64_t>(v.f_bavail) * v.f_frsize, 2) + " free of " +
+         gib_text(static_cast<uint64_t>(v.f_blocks) * v.f_frsize, 2) + ")";
 }
 
 // The object: an unnamed memfd (no name in /dev/shm or on the hugetlbfs mount for anyone to
@@ -134,7 +130,7 @@ Status prefault(HostPoolMemory& m, uint64_t size, const HostPoolPlacement& place
       return Status(
           ErrorCode::kResourceExhausted,
           "cannot back " + std::to_string(size) + " bytes of " + m.name + " (stopped at " +
-              gib(off) + "): " + st.message() + where_free +
+              gib_text(off, 2) + "): " + st.message() + where_free +
               (m.hugetlbfs ? "; reserve more huge pages (/proc/sys/vm/nr_hugepages) or lower "
                              "num_blocks"
                : placement.numa_node >= 0
@@ -157,7 +153,7 @@ Result<HostPoolMemory> create_host_pool_memory(const std::string& shm_name, uint
       bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes))
     return Status(ErrorCode::kResourceExhausted,
                   "cannot back " + std::to_string(bytes) + " bytes: more than this machine's " +
-                      "memory (" + gib(static_cast<uint64_t>(pages) * page_bytes) +
+                      "memory (" + gib_text(static_cast<uint64_t>(pages) * page_bytes, 2) +
                       "); lower num_blocks");
   HostPoolMemory m;
   m.hugetlbfs = !placement.huge_pages.empty() && placement.huge_pages != "transparent";

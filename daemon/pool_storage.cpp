@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kvpool/core/units.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/service/notify.hpp"
 #include "kvpool/shm/protocol.hpp"
@@ -22,12 +23,6 @@ Status named(const PoolConfig& pool, uint64_t bytes, const Status& why) {
                                 " bytes): " + why.message());
 }
 
-std::string gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return buf;
-}
-
 // Pre-faulting a large pool takes seconds (tens for hundreds of GiB): say how far it got,
 // in the log and in systemd's STATUS=, at most once a second. Pools under 1 GiB are quiet.
 class PrefaultReporter {
@@ -40,7 +35,7 @@ class PrefaultReporter {
     last_ = now;
     char line[160];
     std::snprintf(line, sizeof(line), "starting: pool '%s' pre-faulting %s of %s (%.0f%%)",
-                  pool_.name.c_str(), gib(done).c_str(), gib(total).c_str(),
+                  pool_.name.c_str(), gib_text(done).c_str(), gib_text(total).c_str(),
                   100.0 * static_cast<double>(done) / static_cast<double>(total));
     spdlog::info("{}", line + 10);  // without "starting: "
     service::notify_status(line);
@@ -84,7 +79,7 @@ Result<PoolStorage> PoolStorage::create(const std::string& instance, const PoolC
       const double gibs = static_cast<double>(s.bytes_) / (1ull << 30);
       spdlog::log(s.bytes_ >= (1ull << 30) ? spdlog::level::info : spdlog::level::debug,
                   "pool '{}': {} of host memory ready in {:.3f} s ({:.3f} s/GiB{})", pool.name,
-                  gib(s.bytes_), secs, gibs > 0 ? secs / gibs : 0.0, placement_text(pool));
+                  gib_text(s.bytes_), secs, gibs > 0 ? secs / gibs : 0.0, placement_text(pool));
       return s;
     }
     case shm::StorageKind::kCuda: {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cudart.hpp"
+#include "kvpool/core/units.hpp"
 #include "kvpool/cuda/device.hpp"
 
 namespace kvpool::cuda {
@@ -30,12 +31,6 @@ Status cuda_error(const std::string& what, cudaError_t e,
                   ErrorCode code = ErrorCode::kDeviceError) {
   (void)rt().cudaGetLastError();
   return Status(code, what + ": " + error_text(e));
-}
-
-std::string gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return buf;
 }
 
 struct Probe {
@@ -154,8 +149,8 @@ Result<DeviceSlab> DeviceSlab::allocate(int device, uint64_t bytes, uint32_t ali
     std::string where = "cudaMalloc of " + std::to_string(bytes) + " bytes on device " +
                         std::to_string(device) + " (" + uuid_string(*uuid) + ")";
     if (info) {
-      where += " with " + std::to_string(free_b) + " bytes (" + gib(free_b) + ") free of " +
-               std::to_string(total_b) + " (" + gib(total_b) + ")";
+      where += " with " + std::to_string(free_b) + " bytes (" + gib_text(free_b) + ") free of " +
+               std::to_string(total_b) + " (" + gib_text(total_b) + ")";
     }
     return cuda_error(
         where, e,

@@ -46,10 +46,6 @@ bool regions_aligned(const std::byte* base, const Layout& layout) {
   return true;
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 }  // namespace
 
 // One op's state. The engine thread fills it before submit and reads it after reap; in
@@ -66,8 +62,7 @@ struct DiskTier::Op {
   uint64_t expected = 0;       // bytes the op moves when it succeeds
   SlotHeader header{};         // a write's, sealed by seal_write
   uint64_t read_checksum = 0;  // a read's bytes, by sum_read (0: the read failed)
-  std::unique_ptr<std::byte, FreeDeleter> sector{
-      static_cast<std::byte*>(std::aligned_alloc(kSectorBytes, kSectorBytes))};
+  SectorBuffer sector = sector_buffer();
   std::vector<iovec> iov;
 };
 

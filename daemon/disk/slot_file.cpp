@@ -16,15 +16,6 @@
 namespace kvpool::daemon::disk {
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte, FreeDeleter>;
-
-AlignedBuffer sector_buffer() {
-  return AlignedBuffer(static_cast<std::byte*>(std::aligned_alloc(kSectorBytes, kSectorBytes)));
-}
-
 Status make_parent(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (parent.empty()) return Status::ok();
@@ -99,7 +90,7 @@ Result<bool> probe_direct(const SlotFileOptions& o, shm::UniqueFd* direct_fd) {
     if (!fd) {
       why = std::string("the file system refuses O_DIRECT: ") + std::strerror(errno);
     } else {
-      AlignedBuffer buf = sector_buffer();
+      SectorBuffer buf = sector_buffer();
       if (::pread(fd.get(), buf.get(), kSectorBytes, 0) != static_cast<ssize_t>(kSectorBytes)) {
         why = std::string("an O_DIRECT read fails: ") + std::strerror(errno);
       } else {
@@ -156,7 +147,7 @@ Result<SlotFile> SlotFile::open(const SlotFileOptions& o, std::vector<FoundSlot>
     // A new generation: whatever slots the file held never count again.
     while (::getrandom(&f.generation_, sizeof(f.generation_), 0) != sizeof(f.generation_)) {
     }
-    AlignedBuffer buf = sector_buffer();
+    SectorBuffer buf = sector_buffer();
     std::memset(buf.get(), 0, kSectorBytes);
     FileHeader nh{kFileMagic,  kFormatVersion,       o.hash_scheme, o.slot_bytes,
                   o.num_slots, o.layout_fingerprint, f.generation_, 0};

@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <type_traits>
 
 #include "kvpool/core/hash.hpp"
@@ -23,6 +25,15 @@
 namespace kvpool::daemon::disk {
 
 inline constexpr uint64_t kSectorBytes = 4096;
+
+// One sector of memory aligned for O_DIRECT (a slot's header goes through it).
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using SectorBuffer = std::unique_ptr<std::byte, FreeDeleter>;
+inline SectorBuffer sector_buffer() {
+  return SectorBuffer(static_cast<std::byte*>(std::aligned_alloc(kSectorBytes, kSectorBytes)));
+}
 inline constexpr uint64_t kFileMagic = 0x314b534944505654ull;  // "TVPDISK1" little-endian
 inline constexpr uint64_t kSlotMagic = 0x31544f4c53505654ull;  // "TVPSLOT1"
 inline constexpr uint32_t kFormatVersion = 1;

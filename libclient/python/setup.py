@@ -9,8 +9,8 @@ package beside the extension (RUNPATH $ORIGIN), so the wheel needs no kvpool ins
 Where libkvpool is:
     KVPOOL_BUILD_DIR=<cmake build dir>   the headers of this source tree, <dir>/libclient
     KVPOOL_PREFIX=<install prefix>       <prefix>/include, <prefix>/lib (default /usr/local)
-Any CPython >= 3.9 with setuptools builds it; tests/python/build_for.sh is the equivalent for an
-interpreter without setuptools.
+Any CPython >= 3.9 with setuptools builds it; libclient/python/install.sh is the documented
+path, for any interpreter, with or without setuptools.
 """
 
 import os

@@ -46,7 +46,7 @@ struct Keys {
   }
 };
 
-BatchCompletion run(BatchStore& s, BatchOp op, const Keys& k, std::vector<IoBuffer> bufs = {}) {
+BatchCompletion submit_and_wait(BatchStore& s, BatchOp op, const Keys& k, std::vector<IoBuffer> bufs = {}) {
   auto id = s.submit(op, k.bytes, bufs);
   if (!id) throw HarnessError(id.status().to_string());
   auto c = s.wait(*id, 20s);
@@ -75,15 +75,15 @@ TEST_F(BatchStoreTest, SetGetExistsDeleteByOpaqueKeys) {
   std::vector<IoBuffer> in;
   for (const auto& t : k.text) vals.push_back(value_of(t));
   for (auto& v : vals) in.push_back({v.data(), v.size()});
-  EXPECT_EQ(run(*s, BatchOp::kSet, k, in).results, results({kOk, kOk, kOk}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kSet, k, in).results, results({kOk, kOk, kOk}));
 
   Keys ask({k.text[0], "never stored", k.text[2], k.text[1]});
-  EXPECT_EQ(run(*s, BatchOp::kExists, ask).results, results({kOk, kMiss, kOk, kOk}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExists, ask).results, results({kOk, kMiss, kOk, kOk}));
 
   std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kValue));
   std::vector<IoBuffer> bufs;
   for (auto& o : out) bufs.push_back({o.data(), o.size()});
-  auto got = run(*s, BatchOp::kGet, ask, bufs);
+  auto got = submit_and_wait(*s, BatchOp::kGet, ask, bufs);
   ASSERT_TRUE(got.status.is_ok()) << got.status.to_string();
   EXPECT_EQ(got.results, results({kOk, kMiss, kOk, kOk}));
   EXPECT_EQ(got.value_sizes, (std::vector<uint64_t>{kValue, 0, kValue, kValue}));
@@ -95,21 +95,21 @@ TEST_F(BatchStoreTest, SetGetExistsDeleteByOpaqueKeys) {
   std::vector<std::byte> small(kValue - 1), big(kValue + 100);
   Keys two({k.text[0], k.text[1]});
   auto sized =
-      run(*s, BatchOp::kGet, two, {{small.data(), small.size()}, {big.data(), big.size()}});
+      submit_and_wait(*s, BatchOp::kGet, two, {{small.data(), small.size()}, {big.data(), big.size()}});
   EXPECT_EQ(sized.results, results({KeyResult::kTooLarge, kOk}));
   EXPECT_TRUE(std::equal(vals[1].begin(), vals[1].end(), big.begin()));
 
   // Delete: removed now (not when evicted); a second delete finds nothing.
   Keys one({k.text[1]});
-  EXPECT_EQ(run(*s, BatchOp::kDelete, one).results, results({kOk}));
-  EXPECT_EQ(run(*s, BatchOp::kDelete, one).results, results({kMiss}));
-  EXPECT_EQ(run(*s, BatchOp::kExists, ask).results, results({kOk, kMiss, kOk, kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kDelete, one).results, results({kOk}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kDelete, one).results, results({kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExists, ask).results, results({kOk, kMiss, kOk, kMiss}));
 
   // Too long a key is refused at submit; too large a value is a per-key result.
   Keys longer({std::string(449, 'y')});
   EXPECT_EQ(s->submit(BatchOp::kExists, longer.bytes).status().code(), ErrorCode::kInvalidArgument);
   std::vector<std::byte> huge(kValue + 1);
-  EXPECT_EQ(run(*s, BatchOp::kSet, one, {{huge.data(), huge.size()}}).results,
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kSet, one, {{huge.data(), huge.size()}}).results,
             results({KeyResult::kTooLarge}));
   auto v = d.view();
   EXPECT_EQ(stat_of(v.pool().stats().registrations), 3u);
@@ -124,12 +124,12 @@ TEST_F(BatchStoreTest, ExistsPrefixStopsAtTheFirstMissingKey) {
   std::vector<IoBuffer> in;
   for (const auto& t : stored.text) vals.push_back(value_of(t, 100));
   for (auto& v : vals) in.push_back({v.data(), v.size()});
-  ASSERT_EQ(run(*s, BatchOp::kSet, stored, in).results, results({kOk, kOk, kOk}));
-  auto p = run(*s, BatchOp::kExistsPrefix, Keys({"p0", "p1", "p2", "p3"}));
+  ASSERT_EQ(submit_and_wait(*s, BatchOp::kSet, stored, in).results, results({kOk, kOk, kOk}));
+  auto p = submit_and_wait(*s, BatchOp::kExistsPrefix, Keys({"p0", "p1", "p2", "p3"}));
   EXPECT_EQ(p.prefix, 2u);
   EXPECT_EQ(p.results, results({kOk, kOk, kMiss, kMiss}));
-  EXPECT_EQ(run(*s, BatchOp::kExistsPrefix, Keys({"p2", "p0"})).prefix, 0u);
-  EXPECT_EQ(run(*s, BatchOp::kExistsPrefix, Keys({"p0", "p1"})).prefix, 2u);
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExistsPrefix, Keys({"p2", "p0"})).prefix, 0u);
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExistsPrefix, Keys({"p0", "p1"})).prefix, 2u);
 }
 
 // The narrow index forced to one bit: keys collide in kvpoold's registry, and the full key
@@ -147,19 +147,19 @@ TEST_F(BatchStoreTest, ForcedIndexCollisionIsAMissNeverAFalseHit) {
     if (s->index_hash(key_bytes(t)) == s->index_hash(key_bytes(a))) b = t;
   }
   auto va = value_of(a);
-  ASSERT_EQ(run(*s, BatchOp::kSet, Keys({a}), {{va.data(), va.size()}}).results, results({kOk}));
+  ASSERT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({a}), {{va.data(), va.size()}}).results, results({kOk}));
 
   std::vector<std::byte> out(kValue, std::byte{0x5a});
-  auto g = run(*s, BatchOp::kGet, Keys({b}), {{out.data(), out.size()}});
+  auto g = submit_and_wait(*s, BatchOp::kGet, Keys({b}), {{out.data(), out.size()}});
   EXPECT_EQ(g.results, results({kMiss}));
   EXPECT_EQ(out, std::vector<std::byte>(kValue, std::byte{0x5a}));  // untouched
-  EXPECT_EQ(run(*s, BatchOp::kExists, Keys({b})).results, results({kMiss}));
-  EXPECT_EQ(run(*s, BatchOp::kExistsPrefix, Keys({a, b})).prefix, 1u);
-  EXPECT_EQ(run(*s, BatchOp::kDelete, Keys({b})).results, results({kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExists, Keys({b})).results, results({kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kExistsPrefix, Keys({a, b})).prefix, 1u);
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kDelete, Keys({b})).results, results({kMiss}));
   // b cannot be stored while a holds the index hash: a miss for b, a intact.
   auto vb = value_of(b);
-  EXPECT_EQ(run(*s, BatchOp::kSet, Keys({b}), {{vb.data(), vb.size()}}).results, results({kMiss}));
-  EXPECT_EQ(run(*s, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results, results({kOk}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({b}), {{vb.data(), vb.size()}}).results, results({kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results, results({kOk}));
   EXPECT_EQ(out, va);
   EXPECT_GE(s->stats().key_mismatches, 4u);
 
@@ -168,7 +168,7 @@ TEST_F(BatchStoreTest, ForcedIndexCollisionIsAMissNeverAFalseHit) {
   other.key_namespace = "tenant-2";
   auto s2 = BatchStore::open(c, "kv", other);
   ASSERT_TRUE(s2) << s2.status().to_string();
-  EXPECT_EQ(run(*s2, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results,
+  EXPECT_EQ(submit_and_wait(*s2, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results,
             results({kMiss}));
 }
 
@@ -187,7 +187,7 @@ TEST_F(BatchStoreTest, TwoClientsShareBlocksAndFullPoolsEvictTheOldest) {
     std::vector<IoBuffer> in;
     for (const auto& t : k.text) vals.push_back(value_of(t));
     for (auto& v : vals) in.push_back({v.data(), v.size()});
-    auto r = run(*s1, BatchOp::kSet, k, in);
+    auto r = submit_and_wait(*s1, BatchOp::kSet, k, in);
     ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
     EXPECT_EQ(r.results, std::vector<KeyResult>(8, kOk)) << "batch " << b;
   }
@@ -196,11 +196,11 @@ TEST_F(BatchStoreTest, TwoClientsShareBlocksAndFullPoolsEvictTheOldest) {
   std::vector<std::vector<std::byte>> out(16, std::vector<std::byte>(kValue));
   std::vector<IoBuffer> bufs;
   for (auto& o : out) bufs.push_back({o.data(), o.size()});
-  auto g = run(*s2, BatchOp::kGet, newest, bufs);
+  auto g = submit_and_wait(*s2, BatchOp::kGet, newest, bufs);
   EXPECT_EQ(g.results, std::vector<KeyResult>(16, kOk));
   for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], value_of(newest.text[i])) << newest.text[i];
   Keys oldest(std::vector<std::string>(names.begin(), names.begin() + 8));
-  EXPECT_EQ(run(*s2, BatchOp::kExists, oldest).results, std::vector<KeyResult>(8, kMiss));
+  EXPECT_EQ(submit_and_wait(*s2, BatchOp::kExists, oldest).results, std::vector<KeyResult>(8, kMiss));
 }
 
 TEST_F(BatchStoreTest, EventFdWakesAndDrainReturnsEveryCompletionInOrder) {
@@ -229,11 +229,11 @@ TEST_F(BatchStoreTest, DeadDaemonCompletesBatchesWithAnErrorNotAHang) {
   auto s = BatchStore::open(c, "kv");
   ASSERT_TRUE(s);
   Keys k({"x0", "x1"});
-  ASSERT_TRUE(run(*s, BatchOp::kExists, k).status.is_ok());
+  ASSERT_TRUE(submit_and_wait(*s, BatchOp::kExists, k).status.is_ok());
   d.kill(SIGKILL);
   ASSERT_TRUE(d.wait_exit(10s));
   std::vector<std::byte> buf(kValue);
-  auto g = run(*s, BatchOp::kGet, k, {{buf.data(), buf.size()}, {buf.data(), buf.size()}});
+  auto g = submit_and_wait(*s, BatchOp::kGet, k, {{buf.data(), buf.size()}, {buf.data(), buf.size()}});
   EXPECT_EQ(g.status.code(), ErrorCode::kDaemonGone) << g.status.to_string();
   EXPECT_EQ(g.results, results({KeyResult::kFailed, KeyResult::kFailed}));
   s->close();

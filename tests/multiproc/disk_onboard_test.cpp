@@ -66,18 +66,13 @@ uint8_t byte_at(uint64_t salt, uint32_t i, uint32_t region, uint64_t k) {
   return static_cast<uint8_t>(x >> (8 * (k % 8)));
 }
 
-uint64_t region_bytes(const Pool& p) {
-  const LayoutConfig& l = p.layout();
-  return uint64_t{l.page_size} * l.inner_dim * l.dtype_bytes;
-}
-
 // Registers a chain of `n` blocks holding byte_at(salt, i, ...); returns their hashes. The
 // references go at once: the blocks are inactive (evictable) in host memory.
 std::vector<SequenceHash> write_chain(Pool& p, uint64_t salt, uint32_t n) {
   auto blocks = p.allocate_blocks(n);
   if (!blocks) throw HarnessError("allocate: " + blocks.status().to_string());
   const LayoutConfig& l = p.layout();
-  const uint64_t rb = region_bytes(p);
+  const uint64_t rb = region_bytes(p.layout());
   std::optional<SequenceHash> parent;
   std::vector<SequenceHash> hashes;
   for (uint32_t i = 0; i < n; ++i) {
@@ -103,7 +98,7 @@ std::vector<SequenceHash> write_chain(Pool& p, uint64_t salt, uint32_t n) {
 // Whether block `b` holds block i of chain `salt`, byte for byte.
 bool holds_chain_bytes(const Pool& p, const ImmutableBlock& b, uint64_t salt, uint32_t i) {
   const LayoutConfig& l = p.layout();
-  const uint64_t rb = region_bytes(p);
+  const uint64_t rb = region_bytes(p.layout());
   for (uint32_t r = 0; r < l.num_layers * l.outer_dim; ++r) {
     auto a = b.address(r / l.outer_dim, r % l.outer_dim);
     if (!a) return false;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kvpool/core/layout.hpp"
 #include "kvpool/shm/unique_fd.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
@@ -28,6 +29,14 @@ namespace kvpool::mptest {
 using namespace testsupport;
 // This suite's name for the one test-support error type.
 using HarnessError = testsupport::TestError;
+
+// The uid and gid "nobody": a caller outside every allow-list the tests configure.
+inline constexpr uint32_t kNobody = 65534;
+
+// Bytes of one (layer, outer) region of a block of a pool with layout `l`.
+inline uint64_t region_bytes(const LayoutConfig& l) {
+  return uint64_t{l.page_size} * l.inner_dim * l.dtype_bytes;
+}
 
 // A test worker process (tests/multiproc/test_worker.cpp): line protocol on its stdin and
 // stdout; its stderr is the test's stderr.

@@ -182,9 +182,6 @@ TEST(Hostile, AClientThatStopsReadingItsAnswersStallsOnlyItself) {
   expect_invariants(v);
 }
 
-// Users other than root exist on every Debian system: nobody / nogroup.
-constexpr uint32_t kNobody = 65534;
-
 // Lets a process of another user reach the test daemon's socket (the harness makes the
 // folder 0700 and the daemon the socket 0660, as they should be in production).
 void open_up_socket(const DaemonProcess& d) {

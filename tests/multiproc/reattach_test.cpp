@@ -26,18 +26,12 @@
 namespace kvpool::mptest {
 namespace {
 
-// Bytes of one (layer, outer) region of a block of `p`.
-uint64_t region_bytes(const Pool& p) {
-  const LayoutConfig& L = p.layout();
-  return uint64_t{L.page_size} * L.inner_dim * L.dtype_bytes;
-}
-
 void fill(MutableBlock& b, const Pool& p, uint8_t seed) {
   for (uint32_t l = 0; l < p.layout().num_layers; ++l)
     for (uint32_t o = 0; o < p.layout().outer_dim; ++o) {
       auto a = b.address(l, o);
       ASSERT_TRUE(a) << a.status().to_string();
-      std::memset(*a, seed + l * 2 + o, region_bytes(p));
+      std::memset(*a, seed + l * 2 + o, region_bytes(p.layout()));
     }
 }
 
@@ -49,7 +43,7 @@ bool holds_pattern(Addr addr, const Pool& p, uint8_t seed) {
       auto a = addr(l, o);
       if (!a) return false;
       const auto* bytes = reinterpret_cast<const uint8_t*>(*a);
-      for (uint64_t i = 0; i < region_bytes(p); ++i)
+      for (uint64_t i = 0; i < region_bytes(p.layout()); ++i)
         if (bytes[i] != static_cast<uint8_t>(seed + l * 2 + o)) return false;
     }
   return true;

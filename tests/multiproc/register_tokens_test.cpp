@@ -18,7 +18,7 @@
 namespace kvpool::mptest {
 namespace {
 
-constexpr uint32_t kPage = 4;
+constexpr uint32_t kTokensPerBlock = 4;
 
 // A kRegisterTokens payload: header, the items, then `tokens` as they are (`key_bytes`
 // in the header, no key section: for the checks of the header against the payload).
@@ -34,7 +34,7 @@ std::vector<std::byte> payload(uint32_t per_block, std::span<const pool::Registe
 }
 
 TEST(RegisterTokens, MalformedRequestsAreRefusedSayingWhyAndChangeNothing) {
-  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kPage)})));
+  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kTokensPerBlock)})));
   d.start();
   auto v = d.view();
   auto c = open_connection(d);
@@ -56,24 +56,24 @@ TEST(RegisterTokens, MalformedRequestsAreRefusedSayingWhyAndChangeNothing) {
     EXPECT_TRUE(contains(r.message, "pool 'g' has 4 tokens per block")) << r.message;
   }
   {  // truncated: the header says 4 per block, the payload ends one token short
-    const auto p = payload(kPage, {&item, 1}, std::span(four).first(3));
+    const auto p = payload(kTokensPerBlock, {&item, 1}, std::span(four).first(3));
     auto r = raw_call(*c, type, ++corr, 0, 1, p.data(), p.size());
     EXPECT_EQ(r.code, ErrorCode::kProtocolError) << r.message;
     EXPECT_TRUE(contains(r.message, "does not hold 1 blocks of 4 token ids")) << r.message;
   }
   {  // count larger than the payload's items
-    const auto p = payload(kPage, {&item, 1}, four);
+    const auto p = payload(kTokensPerBlock, {&item, 1}, four);
     auto r = raw_call(*c, type, ++corr, 0, 2, p.data(), p.size());
     EXPECT_EQ(r.code, ErrorCode::kProtocolError) << r.message;
   }
   {  // shorter than its header
-    const uint32_t half = kPage;
+    const uint32_t half = kTokensPerBlock;
     auto r = raw_call(*c, type, ++corr, 0, 0, &half, sizeof(half));
     EXPECT_EQ(r.code, ErrorCode::kProtocolError) << r.message;
     EXPECT_TRUE(contains(r.message, "shorter than its 8-byte header")) << r.message;
   }
   {  // keys announced in the header (what was a reserved 0), none in the payload
-    const auto p = payload(kPage, {&item, 1}, four, 7);
+    const auto p = payload(kTokensPerBlock, {&item, 1}, four, 7);
     auto r = raw_call(*c, type, ++corr, 0, 1, p.data(), p.size());
     EXPECT_EQ(r.code, ErrorCode::kProtocolError) << r.message;
     EXPECT_TRUE(contains(r.message, "and keys of 7 bytes")) << r.message;
@@ -84,7 +84,7 @@ TEST(RegisterTokens, MalformedRequestsAreRefusedSayingWhyAndChangeNothing) {
   ASSERT_TRUE(d.running()) << d.stderr_text();
 
   {  // well-formed: registered, the answer is the block
-    const auto p = payload(kPage, {&item, 1}, four);
+    const auto p = payload(kTokensPerBlock, {&item, 1}, four);
     auto r = raw_call(*c, type, ++corr, 0, 1, p.data(), p.size());
     ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
     ASSERT_EQ(r.refs.size(), 1u);
@@ -110,7 +110,7 @@ std::vector<std::byte> keyed_payload(std::span<const pool::RegisterItem> items,
 }
 
 TEST(RegisterTokens, MalformedKeysAreRefusedSayingWhyAndChangeNothing) {
-  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kPage)})));
+  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kTokensPerBlock)})));
   d.start();
   auto v = d.view();
   auto c = open_connection(d);
@@ -179,7 +179,7 @@ TEST(RegisterTokens, MalformedKeysAreRefusedSayingWhyAndChangeNothing) {
 // The client side: send_tokens registers the same blocks as a plain register (the tokens go
 // to the events only), and a block deduplicated onto an existing one still works.
 TEST(RegisterTokens, ASendTokensRegisterRegistersLikeAPlainOne) {
-  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kPage)})));
+  DaemonProcess d(test_config(nlohmann::json::array({host_pool("g", 8, kTokensPerBlock)})));
   d.start();
   Client client = connect_client(d);
   Pool pool = pool_of(client);
@@ -189,7 +189,7 @@ TEST(RegisterTokens, ASendTokensRegisterRegistersLikeAPlainOne) {
     auto seq =
         TokenBlockSequence::create(std::vector<Token>{base, base + 1, base + 2, base + 3, base + 4,
                                                       base + 5, base + 6, base + 7},
-                                   kPage, 0);
+                                   kTokensPerBlock, 0);
     auto blocks = pool.allocate_blocks(2);
     EXPECT_TRUE(blocks.is_ok());
     for (size_t i = 0; i < 2; ++i) {

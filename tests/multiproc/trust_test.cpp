@@ -32,7 +32,6 @@
 namespace kvpool::mptest {
 namespace {
 
-constexpr uid_t kNobody = 65534;
 constexpr uid_t kOtherUser = 65533;
 
 // A client that speaks the handshake by hand: Hello, the Welcome's descriptors, the client

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "unit/unit_fixtures.hpp"
+
 namespace kvpool {
 namespace {
 
-constexpr Salt kSalt = 1337;
+using unit::kSalt;
 constexpr uint32_t kPage = 4;
 const std::vector<Token> kFirst{1, 2, 3, 4};
 

@@ -78,12 +78,12 @@ struct HostPool {
 };
 
 // A temporary directory on the real file system (/var/tmp: not a tmpfs here).
-struct TempDir {
-  TempDir() {
+struct DiskDir {
+  DiskDir() {
     char tmpl[] = "/var/tmp/kvpool-disk-XXXXXX";
     path = ::mkdtemp(tmpl);
   }
-  ~TempDir() {
+  ~DiskDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -205,7 +205,7 @@ void flush_host(HostPool& pool) {
 }
 
 TEST(DiskTier, WritesBehindThenServesTheSameBytesAfterARestart) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   std::vector<uint64_t> hashes;
   {
@@ -239,7 +239,7 @@ TEST(DiskTier, WritesBehindThenServesTheSameBytesAfterARestart) {
 }
 
 TEST(DiskTier, ThreadFallbackWritesAndReadsTheSameFormat) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   std::vector<uint64_t> hashes;
   {
@@ -258,7 +258,7 @@ TEST(DiskTier, ThreadFallbackWritesAndReadsTheSameFormat) {
 }
 
 TEST(DiskTier, FlippedBytesAreNeverServed) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   std::vector<uint64_t> hashes;
   uint64_t slot_of_third = 0, slot_bytes = 0;
@@ -291,7 +291,7 @@ TEST(DiskTier, FlippedBytesAreNeverServed) {
 }
 
 TEST(DiskTier, AnotherLayoutReinitialisesTheFile) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   {
     HostPool pool(test_layout(16));
@@ -350,7 +350,7 @@ TEST(DiskTier, AFullFileSystemFailsAtStartNamingPathAndBytes) {
 // The disk's eviction order against a model: a list, most recent use at the back; a write
 // or an onboard is a use; a full disk reuses the front.
 TEST(DiskTier, UnalignedPoolRegionsGoBuffered) {
-  TempDir dir;
+  DiskDir dir;
   HostPool pool(test_layout(16, 64));  // 2 KiB regions: O_DIRECT cannot use them in place
   {
     Tier t(pool, dir.path + "/g2.slots", 8);
@@ -369,7 +369,7 @@ TEST(DiskTier, UnalignedPoolRegionsGoBuffered) {
 }
 
 TEST(DiskTier, EvictionIsLeastRecentlyUsedAsTheModelSays) {
-  TempDir dir;
+  DiskDir dir;
   HostPool pool(test_layout(64));
   Tier t(pool, dir.path + "/g2.slots", 8);
   ASSERT_TRUE(t.status.is_ok());
@@ -402,7 +402,7 @@ TEST(DiskTier, EvictionIsLeastRecentlyUsedAsTheModelSays) {
 }
 
 TEST(DiskTier, AFullWriteQueueSkipsAndCounts) {
-  TempDir dir;
+  DiskDir dir;
   HostPool pool(test_layout(256));
   // A budget of one slot in flight: the queue takes 64 blocks (its floor), never waits.
   Tier t(pool, dir.path + "/g2.slots", 512, IoBackend::kAuto, DirectIo::kAuto, 20480);
@@ -423,7 +423,7 @@ TEST(DiskTier, AFullWriteQueueSkipsAndCounts) {
 // A writer killed with SIGKILL at a random point of its writes; then a cold start: every
 // block the index serves has its writer's bytes; torn slots are dropped, never served.
 TEST(DiskTier, Kill9DuringWritesThenColdStartServesOnlyWritersBytes) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   std::mt19937 rng(std::random_device{}());
   for (int round = 0; round < 5; ++round) {
@@ -515,7 +515,7 @@ std::set<uint64_t> published(const DiskTier& t) {
 // a write still in flight), a Removed for each slot evicted or dropped, and a start
 // announces what the file gave back as one batch, parents first.
 TEST(DiskTier, ItsEventsFollowTheIndexExactly) {
-  TempDir dir;
+  DiskDir dir;
   const std::string file = dir.path + "/g2.slots";
   RecordedDiskEvents ev;
   {

@@ -17,29 +17,13 @@
 
 #include "daemon/event_publisher.hpp"
 #include "kvpool/pool/pool_core.hpp"
+#include "unit/unit_fixtures.hpp"
 #include "kvpool/shm/segment.hpp"
 
 namespace kvpool::shm {
 namespace {
 
-// 64-byte aligned heap memory for a ring of `capacity` slots.
-struct HeapRing {
-  explicit HeapRing(uint32_t capacity) : bytes(event_ring_bytes(capacity)) {
-    mem = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    auto w = EventRingWriter::create(mem, bytes, capacity);
-    EXPECT_TRUE(w.is_ok()) << w.status().to_string();
-    writer = w.value();
-  }
-  ~HeapRing() { std::free(mem); }
-  EventRingReader reader() const {
-    auto r = EventRingReader::attach(mem, bytes);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.value();
-  }
-  size_t bytes;
-  char* mem;
-  EventRingWriter writer;
-};
+using unit::HeapRing;
 
 // A record whose every field is derived from `tag`, so a torn copy (fields from two
 // different records) shows.

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "kvpool/core/token_block.hpp"
+#include "unit/unit_fixtures.hpp"
 
 namespace kvpool {
 namespace {
 
-constexpr Salt kSalt = 1337;
+using unit::kSalt;
 
 // Reference vectors from Dynamo's block manager (salt 1337, page size 4).
 TEST(Hash, DynamoReferenceVectors) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "unit/unit_fixtures.hpp"
 
 #ifdef KVPOOL_HAVE_NUMA
 #include <numa.h>
@@ -23,19 +24,10 @@
 namespace kvpool::daemon {
 namespace {
 
-std::string test_name(const char* what) {
-  return "/kvpool-hpm-test." + std::to_string(getpid()) + "." + what;
-}
-
-bool exists(const std::string& shm_name) {
-  int fd = ::shm_open(shm_name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
-}
+std::string pool_name(const char* what) { return unit::shm_test_name("/kvpool-hpm-test", what); }
 
 TEST(HostPoolMemory, PrefaultsEveryPageWithProgressAndRemovesTheObject) {
-  const std::string name = test_name("plain");
+  const std::string name = pool_name("plain");
   const uint64_t bytes = (600ull << 20) + 4096;  // three chunks, the last a partial one
   std::vector<std::pair<uint64_t, uint64_t>> calls;
   auto m = create_host_pool_memory(
@@ -58,14 +50,14 @@ TEST(HostPoolMemory, PrefaultsEveryPageWithProgressAndRemovesTheObject) {
   struct stat st {};
   ASSERT_EQ(::fstat(m->segment.fd(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_FALSE(exists(name));
+  EXPECT_FALSE(unit::shm_exists(name));
   EXPECT_NE(::ftruncate(m->segment.fd(), 0), 0);
   EXPECT_EQ(errno, EPERM);
   remove_host_pool_memory(*m);
 }
 
 TEST(HostPoolMemory, ReplacesAnObjectAKilledDaemonLeft) {
-  const std::string name = test_name("stale");
+  const std::string name = pool_name("stale");
   auto first = create_host_pool_memory(name, 1 << 20, {}, nullptr);
   ASSERT_TRUE(first.is_ok()) << first.status().to_string();
   static_cast<char*>(first->segment.data())[0] = 42;
@@ -76,17 +68,17 @@ TEST(HostPoolMemory, ReplacesAnObjectAKilledDaemonLeft) {
 }
 
 TEST(HostPoolMemory, MoreThanTheMachineHasIsRefusedBeforeAnythingIsMade) {
-  const std::string name = test_name("huge");
+  const std::string name = pool_name("huge");
   auto m = create_host_pool_memory(name, uint64_t{1} << 50, {}, nullptr);
   ASSERT_FALSE(m.is_ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kResourceExhausted);
   EXPECT_NE(m.status().message().find("more than this machine's memory"), std::string::npos)
       << m.status().message();
-  EXPECT_FALSE(exists(name));
+  EXPECT_FALSE(unit::shm_exists(name));
 }
 
 TEST(HostPoolMemory, AHugePagesDirectoryThatIsNotHugetlbfsIsRefused) {
-  auto m = create_host_pool_memory(test_name("nothuge"), 1 << 20, {"/tmp", -1}, nullptr);
+  auto m = create_host_pool_memory(pool_name("nothuge"), 1 << 20, {"/tmp", -1}, nullptr);
   ASSERT_FALSE(m.is_ok());
   EXPECT_EQ(m.status().code(), ErrorCode::kConfigError);
   EXPECT_NE(m.status().message().find("/tmp is not a hugetlbfs mount"), std::string::npos)
@@ -97,7 +89,7 @@ TEST(HostPoolMemory, TransparentHugePagesFollowTheKernelsShmemSetting) {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
   std::string line;
   if (!std::getline(f, line)) GTEST_SKIP() << "no transparent huge pages in this kernel";
-  const std::string name = test_name("thp");
+  const std::string name = pool_name("thp");
   auto m = create_host_pool_memory(name, 8 << 20, {"transparent", -1}, nullptr);
   const bool off =
       line.find("[never]") != std::string::npos || line.find("[deny]") != std::string::npos;
@@ -106,7 +98,7 @@ TEST(HostPoolMemory, TransparentHugePagesFollowTheKernelsShmemSetting) {
     EXPECT_EQ(m.status().code(), ErrorCode::kConfigError);
     EXPECT_NE(m.status().message().find("shmem_enabled"), std::string::npos)
         << m.status().message();
-    EXPECT_FALSE(exists(name));
+    EXPECT_FALSE(unit::shm_exists(name));
   } else {
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     remove_host_pool_memory(*m);
@@ -122,7 +114,7 @@ TEST(HostPoolMemory, HugetlbfsPoolsLiveOnTheMount) {
   long pages = 0;
   f >> pages;
   if (mount.empty() || pages < 2) GTEST_SKIP() << "no hugetlbfs mount with reserved huge pages";
-  auto m = create_host_pool_memory(test_name("tlb"), 4096, {mount, -1}, nullptr);
+  auto m = create_host_pool_memory(pool_name("tlb"), 4096, {mount, -1}, nullptr);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   EXPECT_TRUE(m->hugetlbfs);
   EXPECT_EQ(m->name.rfind(mount + "/", 0), 0u) << m->name;
@@ -134,13 +126,13 @@ TEST(HostPoolMemory, HugetlbfsPoolsLiveOnTheMount) {
 TEST(HostPoolMemory, NumaNodeBindsEveryPageAndAMissingNodeIsNamed) {
   if (numa_available() < 0) GTEST_SKIP() << "no NUMA on this machine";
   const int last = numa_max_node();
-  auto bad = create_host_pool_memory(test_name("nonode"), 1 << 20, {"", last + 1}, nullptr);
+  auto bad = create_host_pool_memory(pool_name("nonode"), 1 << 20, {"", last + 1}, nullptr);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kConfigError);
   EXPECT_NE(bad.status().message().find("NUMA nodes 0.." + std::to_string(last)), std::string::npos)
       << bad.status().message();
 
-  auto m = create_host_pool_memory(test_name("node"), 4 << 20, {"", last}, nullptr);
+  auto m = create_host_pool_memory(pool_name("node"), 4 << 20, {"", last}, nullptr);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   auto* p = static_cast<char*>(m->segment.data());
   for (size_t off = 0; off < m->segment.size(); off += 1 << 20) {

@@ -18,26 +18,18 @@
 #include <cstring>
 #include <string>
 
+#include "unit/unit_fixtures.hpp"
+
 namespace kvpool::shm {
 namespace {
 
-// Unique per test process: ctest runs tests (and other build dirs) in parallel.
-std::string test_name(const char* what) {
-  return "/kvpool.test." + std::to_string(::getpid()) + "." + what;
-}
+std::string segment_name(const char* what) { return unit::shm_test_name("/kvpool.test", what); }
 
 // Removes the named object however the test ends.
 struct ShmNameGuard {
   std::string name;
   ~ShmNameGuard() { ::shm_unlink(name.c_str()); }
 };
-
-bool exists(const std::string& name) {
-  int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
-}
 
 // Waits for a child with a bound: a hung child fails the test instead of hanging it.
 int wait_child(pid_t pid, int timeout_ms) {
@@ -58,7 +50,7 @@ int wait_child(pid_t pid, int timeout_ms) {
 }
 
 TEST(Segment, CreateIsZeroFilledAndOpenByNameSharesIt) {
-  ShmNameGuard guard{test_name("create")};
+  ShmNameGuard guard{segment_name("create")};
   Result<Segment> seg = Segment::create(guard.name, 8192);
   ASSERT_TRUE(seg) << seg.status().to_string();
   EXPECT_EQ(seg->size(), 8192u);
@@ -81,7 +73,7 @@ TEST(Segment, CreateIsZeroFilledAndOpenByNameSharesIt) {
 }
 
 TEST(Segment, CreateAppliesTheExactMode) {
-  ShmNameGuard guard{test_name("mode")};
+  ShmNameGuard guard{segment_name("mode")};
   mode_t old = ::umask(077);
   Result<Segment> seg = Segment::create(guard.name, 4096, 0640);
   ::umask(old);
@@ -174,7 +166,7 @@ TEST(Segment, AnonymousSegmentSizeIsSealed) {
 }
 
 TEST(Segment, CreateReplacesAStaleObject) {
-  ShmNameGuard guard{test_name("stale")};
+  ShmNameGuard guard{segment_name("stale")};
   int fd = ::shm_open(guard.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, 4096), 0);
@@ -191,7 +183,7 @@ TEST(Segment, CreateReplacesAStaleObject) {
 }
 
 TEST(Segment, AbsurdSizeIsAClearErrorNotSigbus) {
-  ShmNameGuard guard{test_name("absurd")};
+  ShmNameGuard guard{segment_name("absurd")};
   struct statvfs vfs;
   ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
   if (vfs.f_blocks == 0) GTEST_SKIP() << "/dev/shm has no size limit here";
@@ -205,7 +197,7 @@ TEST(Segment, AbsurdSizeIsAClearErrorNotSigbus) {
   EXPECT_NE(msg.find(guard.name), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(bytes)), std::string::npos) << msg;
   EXPECT_NE(msg.find("free space in /dev/shm or lower num_blocks"), std::string::npos) << msg;
-  EXPECT_FALSE(exists(guard.name)) << "a failed create leaves nothing behind";
+  EXPECT_FALSE(unit::shm_exists(guard.name)) << "a failed create leaves nothing behind";
 
   Result<Segment> anon = Segment::create_anonymous("kvpool-test-absurd", size_t{1} << 50);
   ASSERT_FALSE(anon);
@@ -218,13 +210,13 @@ TEST(Segment, BadInputsAreErrors) {
   EXPECT_EQ(Segment::create("/", 4096).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Segment::create("/" + std::string(300, 'x'), 4096).status().code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(Segment::create(test_name("zero"), 0).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(Segment::create(test_name("max"), SIZE_MAX).status().code(),
+  EXPECT_EQ(Segment::create(segment_name("zero"), 0).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Segment::create(segment_name("max"), SIZE_MAX).status().code(),
             ErrorCode::kResourceExhausted);
-  Result<Segment> missing = Segment::open(test_name("missing"), false);
+  Result<Segment> missing = Segment::open(segment_name("missing"), false);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
-  EXPECT_TRUE(Segment::unlink(test_name("missing")).is_ok());
+  EXPECT_TRUE(Segment::unlink(segment_name("missing")).is_ok());
   EXPECT_FALSE(Segment::map_fd(UniqueFd(), false));
 
   int fds[2];

@@ -5,10 +5,12 @@
 #include <numeric>
 #include <vector>
 
+#include "unit/unit_fixtures.hpp"
+
 namespace kvpool {
 namespace {
 
-constexpr Salt kSalt = 1337;
+using unit::kSalt;
 
 std::vector<Token> iota_tokens(Token first, size_t n) {
   std::vector<Token> v(n);

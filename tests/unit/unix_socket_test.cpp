@@ -36,14 +36,14 @@ bool readable(int fd, int timeout_ms) {
 }
 
 // A private directory for socket files, removed at the end.
-class TempDir {
+class SocketDir {
  public:
-  TempDir() {
+  SocketDir() {
     char tmpl[] = "/tmp/kvpool-sock-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) std::abort();
     path_ = tmpl;
   }
-  ~TempDir() {
+  ~SocketDir() {
     ::unlink((path_ + "/s").c_str());
     ::rmdir(path_.c_str());
   }
@@ -76,7 +76,7 @@ Connected connect_pair(const std::string& path) {
 }
 
 TEST(UnixSocket, MessagesAndDescriptorsTravel) {
-  TempDir dir;
+  SocketDir dir;
   Connected c = connect_pair(dir.socket());
   ASSERT_TRUE(c.server.valid());
   EXPECT_NE(::fcntl(c.server.get(), F_GETFD) & FD_CLOEXEC, 0);
@@ -118,7 +118,7 @@ TEST(UnixSocket, MessagesAndDescriptorsTravel) {
 }
 
 TEST(UnixSocket, PeerCredentialsNameTheConnectingProcess) {
-  TempDir dir;
+  SocketDir dir;
   Connected c = connect_pair(dir.socket());
   ASSERT_TRUE(c.server.valid());
   Result<PeerCred> cred = peer_credentials(c.server.get());
@@ -129,7 +129,7 @@ TEST(UnixSocket, PeerCredentialsNameTheConnectingProcess) {
 }
 
 TEST(UnixSocket, HangUpIsSeenWhenThePeerProcessIsKilled) {
-  TempDir dir;
+  SocketDir dir;
   Result<UniqueFd> listener = listen_unix(dir.socket());
   ASSERT_TRUE(listener) << listener.status().to_string();
   int hold[2];
@@ -205,7 +205,7 @@ TEST(UnixSocket, PidfdBecomesReadableWhenTheChildExits) {
 }
 
 TEST(UnixSocket, NoListenerIsNotFound) {
-  TempDir dir;
+  SocketDir dir;
   Result<UniqueFd> fd = connect_unix(dir.socket());
   ASSERT_FALSE(fd);
   EXPECT_EQ(fd.status().code(), ErrorCode::kNotFound);
@@ -214,7 +214,7 @@ TEST(UnixSocket, NoListenerIsNotFound) {
 }
 
 TEST(UnixSocket, StaleSocketFileIsReplacedButALiveListenerIsNot) {
-  TempDir dir;
+  SocketDir dir;
   {
     Result<UniqueFd> first = listen_unix(dir.socket());
     ASSERT_TRUE(first) << first.status().to_string();
@@ -231,7 +231,7 @@ TEST(UnixSocket, StaleSocketFileIsReplacedButALiveListenerIsNot) {
 }
 
 TEST(UnixSocket, NonSocketFileIsNeverRemoved) {
-  TempDir dir;
+  SocketDir dir;
   int fd = ::open(dir.socket().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   ::close(fd);
@@ -253,7 +253,7 @@ TEST(UnixSocket, TooLongPathIsAClearError) {
 }
 
 TEST(UnixSocket, AcceptWithNothingPendingReturnsAnInvalidFd) {
-  TempDir dir;
+  SocketDir dir;
   Result<UniqueFd> l = listen_unix(dir.socket());
   ASSERT_TRUE(l);
   Result<UniqueFd> none = accept_unix(l->get());
@@ -262,7 +262,7 @@ TEST(UnixSocket, AcceptWithNothingPendingReturnsAnInvalidFd) {
 }
 
 TEST(UnixSocket, MalformedTrafficIsAProtocolError) {
-  TempDir dir;
+  SocketDir dir;
   Connected c = connect_pair(dir.socket());
   ASSERT_TRUE(c.server.valid());
   std::vector<std::byte> small(4);
@@ -294,7 +294,7 @@ TEST(UnixSocket, MalformedTrafficIsAProtocolError) {
 }
 
 TEST(UnixSocket, OrderlyCloseReadsAsHangUp) {
-  TempDir dir;
+  SocketDir dir;
   Connected c = connect_pair(dir.socket());
   ASSERT_TRUE(c.server.valid());
   c.client.reset();

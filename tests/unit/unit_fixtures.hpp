@@ -1,0 +1,56 @@
+// Small fixtures more than one unit test needs. The unit tests compile as unity files in CI
+// (KVPOOL_UNITY), so a helper two test files share lives here, written once, instead of in
+// both files' anonymous namespaces.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "kvpool/core/hash.hpp"
+#include "kvpool/shm/event_ring.hpp"
+
+namespace kvpool::unit {
+
+// The salt of the hashing tests' sequences (any fixed value: the tests compare schemes).
+inline constexpr Salt kSalt = 1337;
+
+// 64-byte aligned heap memory for an event ring of `capacity` slots.
+struct HeapRing {
+  explicit HeapRing(uint32_t capacity) : bytes(shm::event_ring_bytes(capacity)) {
+    mem = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    auto w = shm::EventRingWriter::create(mem, bytes, capacity);
+    EXPECT_TRUE(w.is_ok()) << w.status().to_string();
+    writer = w.value();
+  }
+  ~HeapRing() { std::free(mem); }
+  HeapRing(const HeapRing&) = delete;
+  HeapRing& operator=(const HeapRing&) = delete;
+  shm::EventRingReader reader() const {
+    auto r = shm::EventRingReader::attach(mem, bytes);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return r.value();
+  }
+  size_t bytes;
+  char* mem;
+  shm::EventRingWriter writer;
+};
+
+// A POSIX shm name unique to this test process (ctest runs tests, and other build folders,
+// in parallel): "<prefix>.<pid>.<what>".
+inline std::string shm_test_name(const std::string& prefix, const char* what) {
+  return prefix + "." + std::to_string(::getpid()) + "." + what;
+}
+
+inline bool shm_exists(const std::string& name) {
+  int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+}  // namespace kvpool::unit
