@@ -15,46 +15,21 @@
 #include "daemon/event_publisher.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "kvpool/shm/event_ring.hpp"
+#include "unit/unit_fixtures.hpp"
 
 namespace kvpool::shm {
 namespace {
 
-struct HeapRing {
-  explicit HeapRing(uint32_t capacity) : bytes(event_ring_bytes(capacity)) {
-    mem = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    auto w = EventRingWriter::create(mem, bytes, capacity);
-    EXPECT_TRUE(w.is_ok()) << w.status().to_string();
-    writer = w.value();
-  }
-  ~HeapRing() { std::free(mem); }
-  EventRingReader reader() const {
-    auto r = EventRingReader::attach(mem, bytes);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.value();
-  }
-  size_t bytes;
-  char* mem;
-  EventRingWriter writer;
-};
-
-EventPayload stored(uint64_t seq) {
-  EventPayload p{};
-  p.type = static_cast<uint8_t>(EventType::kStored);
-  p.sequence_hash = seq;
-  return p;
-}
+using unit::HeapRing;
+using unit::Rewrite;
+using unit::stored;
+using unit::tokens_of;
 
 // `n` bytes derived from `base`, every byte value used (0x00 and 0xFF included).
 std::vector<std::byte> key_of(uint32_t base, size_t n) {
   std::vector<std::byte> k(n);
   for (size_t i = 0; i < n; ++i) k[i] = static_cast<std::byte>((base * 131 + i * 37) & 0xFF);
   return k;
-}
-
-std::vector<uint32_t> tokens_of(uint32_t base, uint32_t n) {
-  std::vector<uint32_t> t(n);
-  for (uint32_t i = 0; i < n; ++i) t[i] = base * 7919u + i * 0x9E3779B9u;
-  return t;
 }
 
 // Appends one record with `key` and (when `per` > 0) `per` tokens.
@@ -141,11 +116,6 @@ TEST(EventRingKeys, OverwrittenKeysAreNoneNeverAnotherRecords) {
   std::vector<uint32_t> tokens;
   EXPECT_FALSE(reader.read_tokens(forged, &tokens));
 }
-
-struct Rewrite {
-  EventRingWriter* writer;
-  bool fired = false;
-};
 
 TEST(EventRingKeys, AKeyChunkRewrittenWhileItIsCopiedIsRejected) {
   HeapRing ring(4);  // 2 chunks: one record's chunk is the other's next

@@ -20,19 +20,9 @@ namespace kvpool::shm {
 namespace {
 
 using unit::HeapRing;
-
-EventPayload stored(uint64_t seq) {
-  EventPayload p{};
-  p.type = static_cast<uint8_t>(EventType::kStored);
-  p.sequence_hash = seq;
-  return p;
-}
-
-std::vector<uint32_t> tokens_of(uint32_t base, uint32_t n) {
-  std::vector<uint32_t> t(n);
-  for (uint32_t i = 0; i < n; ++i) t[i] = base * 7919u + i * 0x9E3779B9u;  // all 32 bits used
-  return t;
-}
+using unit::Rewrite;
+using unit::stored;
+using unit::tokens_of;
 
 // Appends one batch of `n` stored records, record i with tokens_of(base + i, per).
 uint64_t append_with_tokens(EventRingWriter& w, uint32_t base, uint32_t n, uint32_t per) {
@@ -121,11 +111,6 @@ TEST(EventRingTokens, OverwrittenTokensAreNoneNeverAnotherRecords) {
   forged.payload.token_slot = (rec.payload.token_slot + 1) % 8;
   EXPECT_FALSE(reader.read_tokens(forged, &got));  // another record's chunk: owner differs
 }
-
-struct Rewrite {
-  EventRingWriter* writer;
-  bool fired = false;
-};
 
 TEST(EventRingTokens, AChunkRewrittenWhileItIsCopiedIsRejected) {
   HeapRing ring(4);  // 2 chunks

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kvpool/core/hash.hpp"
 #include "kvpool/shm/event_ring.hpp"
@@ -38,6 +39,27 @@ struct HeapRing {
   size_t bytes;
   char* mem;
   shm::EventRingWriter writer;
+};
+
+// A Stored record of `seq` (the event ring's token and key tests).
+inline shm::EventPayload stored(uint64_t seq) {
+  shm::EventPayload p{};
+  p.type = static_cast<uint8_t>(shm::EventType::kStored);
+  p.sequence_hash = seq;
+  return p;
+}
+
+// `n` token ids derived from `base`, all 32 bits used.
+inline std::vector<uint32_t> tokens_of(uint32_t base, uint32_t n) {
+  std::vector<uint32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = base * 7919u + i * 0x9E3779B9u;
+  return t;
+}
+
+// State of a copy hook that rewrites a chunk while a reader copies it, once.
+struct Rewrite {
+  shm::EventRingWriter* writer;
+  bool fired = false;
 };
 
 // A POSIX shm name unique to this test process (ctest runs tests, and other build folders,
