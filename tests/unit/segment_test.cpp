@@ -208,8 +208,11 @@ TEST(Segment, BadInputsAreErrors) {
   EXPECT_EQ(Segment::create("no-slash", 4096).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Segment::create("/a/b", 4096).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Segment::create("/", 4096).status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(Segment::create("/" + std::string(300, 'x'), 4096).status().code(),
-            ErrorCode::kInvalidArgument);
+  // "/" then 300 x's, built in place: g++ 12 -O3 reads "/" + std::string(300, 'x') as an
+  // out-of-bounds memcpy (a false -Warray-bounds) once this file is in a unity file.
+  std::string too_long(301, 'x');
+  too_long[0] = '/';
+  EXPECT_EQ(Segment::create(too_long, 4096).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Segment::create(segment_name("zero"), 0).status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(Segment::create(segment_name("max"), SIZE_MAX).status().code(),
             ErrorCode::kResourceExhausted);
