@@ -104,7 +104,8 @@ std::vector<std::byte> keyed_payload(std::span<const pool::RegisterItem> items,
   std::byte* at = out.data();
   std::memcpy(at, &h, sizeof(h));
   std::memcpy(at += sizeof(h), items.data(), items.size_bytes());
-  std::memcpy(at += items.size_bytes(), lengths.data(), lengths.size_bytes());
+  at += items.size_bytes();
+  if (!lengths.empty()) std::memcpy(at, lengths.data(), lengths.size_bytes());  // null when empty
   if (!keys.empty()) std::memcpy(at + lengths.size_bytes(), keys.data(), keys.size());
   return out;
 }
