@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kvpool/core/units.hpp"
 #include "kvpool/core/paths.hpp"
+#include "kvpool/core/units.hpp"
 #include "kvpool/service/notify.hpp"
 #include "kvpool/shm/protocol.hpp"
 

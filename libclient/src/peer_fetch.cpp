@@ -1,7 +1,8 @@
 // Pool::match_sequence_hashes with PeerFetchOptions: the local match (host memory and disk
 // tier), then what is missing asked of kvpool-peer over its Unix socket
-// (kvpool/peer/local_request.hpp), then a local match of what it fetched. The socket stays open until that match holds the blocks:
-// kvpool-peer keeps them registered (a reference each) until we hang up.
+// (kvpool/peer/local_request.hpp), then a local match of what it fetched. The socket stays open
+// until that match holds the blocks: kvpool-peer keeps them registered (a reference each) until we
+// hang up.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -46,7 +46,8 @@ struct Keys {
   }
 };
 
-BatchCompletion submit_and_wait(BatchStore& s, BatchOp op, const Keys& k, std::vector<IoBuffer> bufs = {}) {
+BatchCompletion submit_and_wait(BatchStore& s, BatchOp op, const Keys& k,
+                                std::vector<IoBuffer> bufs = {}) {
   auto id = s.submit(op, k.bytes, bufs);
   if (!id) throw HarnessError(id.status().to_string());
   auto c = s.wait(*id, 20s);
@@ -94,8 +95,8 @@ TEST_F(BatchStoreTest, SetGetExistsDeleteByOpaqueKeys) {
   // A shorter buffer gets nothing; a longer one gets the stored bytes.
   std::vector<std::byte> small(kValue - 1), big(kValue + 100);
   Keys two({k.text[0], k.text[1]});
-  auto sized =
-      submit_and_wait(*s, BatchOp::kGet, two, {{small.data(), small.size()}, {big.data(), big.size()}});
+  auto sized = submit_and_wait(*s, BatchOp::kGet, two,
+                               {{small.data(), small.size()}, {big.data(), big.size()}});
   EXPECT_EQ(sized.results, results({KeyResult::kTooLarge, kOk}));
   EXPECT_TRUE(std::equal(vals[1].begin(), vals[1].end(), big.begin()));
 
@@ -147,7 +148,8 @@ TEST_F(BatchStoreTest, ForcedIndexCollisionIsAMissNeverAFalseHit) {
     if (s->index_hash(key_bytes(t)) == s->index_hash(key_bytes(a))) b = t;
   }
   auto va = value_of(a);
-  ASSERT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({a}), {{va.data(), va.size()}}).results, results({kOk}));
+  ASSERT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({a}), {{va.data(), va.size()}}).results,
+            results({kOk}));
 
   std::vector<std::byte> out(kValue, std::byte{0x5a});
   auto g = submit_and_wait(*s, BatchOp::kGet, Keys({b}), {{out.data(), out.size()}});
@@ -158,8 +160,10 @@ TEST_F(BatchStoreTest, ForcedIndexCollisionIsAMissNeverAFalseHit) {
   EXPECT_EQ(submit_and_wait(*s, BatchOp::kDelete, Keys({b})).results, results({kMiss}));
   // b cannot be stored while a holds the index hash: a miss for b, a intact.
   auto vb = value_of(b);
-  EXPECT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({b}), {{vb.data(), vb.size()}}).results, results({kMiss}));
-  EXPECT_EQ(submit_and_wait(*s, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results, results({kOk}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kSet, Keys({b}), {{vb.data(), vb.size()}}).results,
+            results({kMiss}));
+  EXPECT_EQ(submit_and_wait(*s, BatchOp::kGet, Keys({a}), {{out.data(), out.size()}}).results,
+            results({kOk}));
   EXPECT_EQ(out, va);
   EXPECT_GE(s->stats().key_mismatches, 4u);
 
@@ -200,7 +204,8 @@ TEST_F(BatchStoreTest, TwoClientsShareBlocksAndFullPoolsEvictTheOldest) {
   EXPECT_EQ(g.results, std::vector<KeyResult>(16, kOk));
   for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], value_of(newest.text[i])) << newest.text[i];
   Keys oldest(std::vector<std::string>(names.begin(), names.begin() + 8));
-  EXPECT_EQ(submit_and_wait(*s2, BatchOp::kExists, oldest).results, std::vector<KeyResult>(8, kMiss));
+  EXPECT_EQ(submit_and_wait(*s2, BatchOp::kExists, oldest).results,
+            std::vector<KeyResult>(8, kMiss));
 }
 
 TEST_F(BatchStoreTest, EventFdWakesAndDrainReturnsEveryCompletionInOrder) {
@@ -233,7 +238,8 @@ TEST_F(BatchStoreTest, DeadDaemonCompletesBatchesWithAnErrorNotAHang) {
   d.kill(SIGKILL);
   ASSERT_TRUE(d.wait_exit(10s));
   std::vector<std::byte> buf(kValue);
-  auto g = submit_and_wait(*s, BatchOp::kGet, k, {{buf.data(), buf.size()}, {buf.data(), buf.size()}});
+  auto g =
+      submit_and_wait(*s, BatchOp::kGet, k, {{buf.data(), buf.size()}, {buf.data(), buf.size()}});
   EXPECT_EQ(g.status.code(), ErrorCode::kDaemonGone) << g.status.to_string();
   EXPECT_EQ(g.results, results({KeyResult::kFailed, KeyResult::kFailed}));
   s->close();

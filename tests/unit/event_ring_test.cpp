@@ -17,8 +17,8 @@
 
 #include "daemon/event_publisher.hpp"
 #include "kvpool/pool/pool_core.hpp"
-#include "unit/unit_fixtures.hpp"
 #include "kvpool/shm/segment.hpp"
+#include "unit/unit_fixtures.hpp"
 
 namespace kvpool::shm {
 namespace {

@@ -16,7 +16,7 @@ namespace kvpool::events {
 struct VllmOutputOptions {
   ZmqOptions zmq;
   VllmEncoding encoding = VllmEncoding::kMap;
-  int64_t dp_rank = 0;  // KVEventBatch.data_parallel_rank
+  int64_t dp_rank = 0;                                     // KVEventBatch.data_parallel_rank
   VllmBlockHashes block_hashes = VllmBlockHashes::kIndex;  // --vllm-block-hashes
 };
 

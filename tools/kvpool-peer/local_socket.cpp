@@ -54,9 +54,9 @@ void Service::on_waiter_readable(int fd) {
     return answer_waiter(fd, ErrorCode::kVersionMismatch, 0, "kvpool-peer speaks local version 1");
   if (h.count == 0 || h.count > kMaxFetchHashes ||
       *n != sizeof(h) + size_t{h.count} * sizeof(uint64_t) || h.deadline_ms == 0)
-    return answer_waiter(fd, ErrorCode::kInvalidArgument, 0,
-                         "count must be 1.." + std::to_string(kMaxFetchHashes) +
-                             " and deadline_ms at least 1");
+    return answer_waiter(
+        fd, ErrorCode::kInvalidArgument, 0,
+        "count must be 1.." + std::to_string(kMaxFetchHashes) + " and deadline_ms at least 1");
   // A longer deadline than this host allows is shortened to it (docs/peers.md: "at most
   // --max-deadline-ms"), not refused: the worker still gets what arrives in that time.
   h.deadline_ms = std::min(h.deadline_ms, options_.max_deadline_ms);
