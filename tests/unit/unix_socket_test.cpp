@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvpool/shm/handshake.hpp"
 #include "kvpool/shm/segment.hpp"
 
 namespace kvpool::shm {
@@ -302,6 +303,25 @@ TEST(UnixSocket, OrderlyCloseReadsAsHangUp) {
   Result<size_t> n = recv_message(c.server.get(), buf, nullptr, 10000);
   ASSERT_TRUE(n) << n.status().to_string();
   EXPECT_EQ(*n, 0u);
+}
+
+// A connect that lands in the backlog of a listener that closes before accepting (a daemon
+// killed while a client reattaches): the hello meets a reset. That is a daemon gone, which a
+// reattaching client waits out, never a cut-off it gives up on (CI saw "peer hung up").
+TEST(UnixSocket, AHelloToAListenerClosedBeforeAcceptingSaysTheDaemonIsGone) {
+  SocketDir dir;
+  Result<UniqueFd> l = listen_unix(dir.socket());
+  ASSERT_TRUE(l) << l.status().to_string();
+  Result<UniqueFd> cl = connect_unix(dir.socket());
+  ASSERT_TRUE(cl) << cl.status().to_string();
+  l->reset();
+  proto::Welcome w{};
+  auto r = proto::exchange_hello(cl->get(), "gone", proto::MsgType::kHello, kLayoutMajor, 1000, &w);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), ErrorCode::kDaemonGone) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("closed the connection during the handshake"),
+            std::string::npos)
+      << r.status().to_string();
 }
 
 }  // namespace

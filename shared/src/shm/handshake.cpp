@@ -25,7 +25,14 @@ Result<std::vector<shm::UniqueFd>> exchange_hello(int fd, const std::string& ins
   h.layout_minor = shm::kLayoutMinor;
   h.client_version = version_packed();
   std::memcpy(h.instance, instance.data(), std::min(instance.size(), sizeof(h.instance) - 1));
-  KVPOOL_RETURN_IF_ERROR(shm::send_message(fd, std::as_bytes(std::span(&h, 1))));
+  // A connect can land in the backlog of a listener whose daemon is dying (a kill -9 closes
+  // the lease sockets before the listener): the hello then meets a reset, which is a daemon
+  // that is gone, as a hang-up before the welcome is, not a cut-off with a reason.
+  if (Status sent = shm::send_message(fd, std::as_bytes(std::span(&h, 1))); !sent.is_ok()) {
+    if (sent.code() == ErrorCode::kDisconnected)
+      return daemon_gone("it closed the connection during the handshake");
+    return sent;
+  }
   alignas(8) std::byte buf[512];
   std::vector<shm::UniqueFd> fds;
   auto n = shm::recv_message(fd, buf, &fds, timeout_ms);
@@ -56,7 +63,11 @@ Status check_daemon_peer(int fd, const std::string& socket_file) {
 
 Status send_ready(int fd) {
   Ready r{kHelloMagic, MsgType::kReady};
-  return shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+  Status sent = shm::send_message(fd, std::as_bytes(std::span(&r, 1)));
+  // Killed between its welcome and our ready: gone, like a hang-up during the hello.
+  if (sent.code() == ErrorCode::kDisconnected)
+    return daemon_gone("it closed the connection before the client was ready");
+  return sent;
 }
 
 std::optional<std::string> read_disconnect_notice(int fd) {
