@@ -152,6 +152,50 @@ void Forwarder::log_stats() {
       stats_.tokens_lost, stats_.keys_lost);
 }
 
+// One attach attempt; on failure, backs off (attach_wait doubles up to kAttachRetryMax).
+bool Forwarder::try_attach(std::chrono::milliseconds& attach_wait) {
+  auto a = DaemonAttachment::attach(options_.instance, options_.runtime_dir);
+  if (!a) {
+    if (attach_wait == std::chrono::milliseconds(50) || attach_wait >= kAttachRetryMax)
+      spdlog::warn("waiting for kvpoold instance '{}': {}", options_.instance,
+                   a.status().message());
+    std::this_thread::sleep_for(attach_wait);  // back-off between attach attempts
+    attach_wait = std::min(attach_wait * 2, kAttachRetryMax);
+    return false;
+  }
+  daemon_ = std::move(a.value());
+  attach_wait = std::chrono::milliseconds(50);
+  on_attached();
+  return true;
+}
+
+void Forwarder::on_attached() {
+  const std::vector<PoolMeta> metas = daemon_->pool_metas();
+  output_->set_pools(metas);
+  // A new daemon's ring starts with its whole disk index (docs/disk-tier.md "Events").
+  disk_.clear();
+  disk_exact_ = true;
+  any_disk_ = std::any_of(metas.begin(), metas.end(), [](const PoolMeta& m) { return m.disk; });
+  ++stats_.attaches;
+  spdlog::info("attached to kvpoold pid {} epoch {:016x} ({} pool(s), event ring of {} slots)",
+               daemon_->daemon_pid(), daemon_->daemon_epoch(), daemon_->num_pools(),
+               daemon_->ring().capacity());
+  // A daemon of another epoch has its own registry and its own ring: routers get cleared +
+  // every registered block before any of its events, unless it took over the previous one's
+  // registry whole (then they have it already).
+  if (continues()) {
+    need_resync_ = false;
+    daemon_->ring().seek_to_start();  // every event of the new daemon (a lap: resync)
+    spdlog::info(
+        "kvpoold epoch {:016x} adopted every pool of epoch {:016x} and dropped no block: "
+        "the routers' view holds, no resync",
+        daemon_->daemon_epoch(), gone_epoch_);
+  } else {
+    need_resync_ = true;
+  }
+  gone_epoch_ = 0;
+}
+
 Status Forwarder::run() {
   KVPOOL_RETURN_IF_ERROR(output_->open());
   spdlog::info("kvpool-events: instance '{}' -> {}", options_.instance, output_->describe());
@@ -169,43 +213,7 @@ Status Forwarder::run() {
       log_stats();
     }
     // 1. A daemon to read from.
-    if (!daemon_) {
-      auto a = DaemonAttachment::attach(options_.instance, options_.runtime_dir);
-      if (!a) {
-        if (attach_wait == std::chrono::milliseconds(50) || attach_wait >= kAttachRetryMax)
-          spdlog::warn("waiting for kvpoold instance '{}': {}", options_.instance,
-                       a.status().message());
-        std::this_thread::sleep_for(attach_wait);  // back-off between attach attempts
-        attach_wait = std::min(attach_wait * 2, kAttachRetryMax);
-        continue;
-      }
-      daemon_ = std::move(a.value());
-      const std::vector<PoolMeta> metas = daemon_->pool_metas();
-      output_->set_pools(metas);
-      // A new daemon's ring starts with its whole disk index (docs/disk-tier.md "Events").
-      disk_.clear();
-      disk_exact_ = true;
-      any_disk_ = std::any_of(metas.begin(), metas.end(), [](const PoolMeta& m) { return m.disk; });
-      attach_wait = std::chrono::milliseconds(50);
-      ++stats_.attaches;
-      spdlog::info("attached to kvpoold pid {} epoch {:016x} ({} pool(s), event ring of {} slots)",
-                   daemon_->daemon_pid(), daemon_->daemon_epoch(), daemon_->num_pools(),
-                   daemon_->ring().capacity());
-      // A daemon of another epoch has its own registry and its own ring: routers get
-      // cleared + every registered block before any of its events, unless it took over
-      // the previous one's registry whole (then they have it already).
-      if (continues()) {
-        need_resync_ = false;
-        daemon_->ring().seek_to_start();  // every event of the new daemon (a lap: resync)
-        spdlog::info(
-            "kvpoold epoch {:016x} adopted every pool of epoch {:016x} and dropped no block: "
-            "the routers' view holds, no resync",
-            daemon_->daemon_epoch(), gone_epoch_);
-      } else {
-        need_resync_ = true;
-      }
-      gone_epoch_ = 0;
-    }
+    if (!daemon_ && !try_attach(attach_wait)) continue;
     if (now - last_check > kDaemonCheckInterval) {
       last_check = now;
       if (!daemon_->daemon_alive()) {

@@ -77,6 +77,8 @@ class Forwarder {
   // The daemon we read from is gone: what it published before dying goes out first, and
   // whether the routers' view was then exactly its registry is remembered (continues()).
   void on_daemon_gone();
+  bool try_attach(std::chrono::milliseconds& attach_wait);
+  void on_attached();  // a new daemon: pools, disk view, resync or not
   // Whether the daemon just attached took over the one that died with nothing changed: it
   // adopted every pool of it and dropped no block, and the routers had all of the old
   // one's events. Then its registry is what they have, and no resync is needed.

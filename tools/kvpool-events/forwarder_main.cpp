@@ -64,6 +64,148 @@ bool load_state_source(const std::string& arg, nlohmann::ordered_json& out, std:
   return true;
 }
 
+// Everything the command line sets, before it becomes a ForwarderOptions and an output.
+struct Cli {
+  kvpool::events::ForwarderOptions o;
+  std::string format = "dynamo";
+  std::string log_level = "info";
+  kvpool::events::NatsOutputOptions nats;
+  std::string residency = "worker";
+  std::string state_source;
+  kvpool::events::VllmOutputOptions vllm;
+  std::string encoding = "map";
+  std::string block_hashes = "index";
+  int64_t dp_rank = 0;
+  std::string metrics_listen;
+};
+
+void add_common_options(CLI::App& app, Cli& c) {
+  app.add_option("--instance", c.o.instance, "kvpoold instance")->capture_default_str();
+  app.add_option("--runtime-dir", c.o.runtime_dir, "directory of kvpoold's socket");
+  app.add_option("--format", c.format, "dynamo (router JSON on NATS) | vllm (msgpack on ZMQ)")
+      ->check(CLI::IsMember({"dynamo", "vllm"}))
+      ->capture_default_str();
+  app.add_option("--dp-rank", c.dp_rank,
+                 "data parallel rank (Dynamo dp_rank, vLLM data_parallel_rank)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
+      ->capture_default_str();
+  app.add_option("--log-level", c.log_level, "trace|debug|info|warn|error|critical|off")
+      ->capture_default_str();
+#ifdef KVPOOL_EVENTS_METRICS
+  app.add_option("--metrics-listen", c.metrics_listen,
+                 "serve the forwarder's metrics on http://ADDR/metrics (e.g. 127.0.0.1:9491; "
+                 "port 0 picks one; default: off)");
+#endif
+  app.set_version_flag("--version", "kvpool-events " + kvpool::version_string(),
+                       "print the version and the git commit, and exit");
+}
+
+void add_dynamo_options(CLI::App& app, Cli& c) {
+  // CLI11 converts an empty string to 0, and a unit whose KVPOOL_WORKER_ID is unset passes
+  // exactly that: refuse it rather than publish as worker 0 (another host's id, perhaps).
+  app.add_option("--worker-id", c.nats.identity.worker_id, "[dynamo] this cache's worker id")
+      ->check([](const std::string& v) {
+        return v.empty() ? std::string(
+                               "is empty: give this host's worker id (under systemd: "
+                               "KVPOOL_WORKER_ID in /etc/kvpool/kvpool-events.env)")
+                         : std::string();
+      });
+  app.add_option("--nats-url", c.nats.nats.url, "[dynamo] NATS server")->capture_default_str();
+  app.add_option("--namespace", c.nats.ns, "[dynamo] namespace of the subject")
+      ->capture_default_str();
+  app.add_option("--component", c.nats.component, "[dynamo] component of the subject")
+      ->capture_default_str();
+  app.add_option("--topic", c.nats.topic,
+                 "[dynamo] last part of the subject: kv-events (Dynamo today) or kv_events "
+                 "(Dynamo 0.2.1)")
+      ->capture_default_str();
+  app.add_option("--residency", c.residency,
+                 "[dynamo] host pools as one worker's cache (worker) or a shared cache "
+                 "(cache_owner, needs --state-source)")
+      ->check(CLI::IsMember({"cache_owner", "worker"}))
+      ->capture_default_str();
+  app.add_option("--state-source", c.state_source,
+                 "[dynamo] this cache's CacheOwnerId as Dynamo serialises it: a JSON object, "
+                 "inline or @FILE (cache_owner)");
+  app.add_flag("--legacy-envelope", c.nats.legacy_envelope,
+               "[dynamo] Dynamo 0.2.1's event envelope (no storage_tier, residency, dp_rank)");
+}
+
+void add_vllm_options(CLI::App& app, Cli& c) {
+  app.add_option("--zmq-endpoint", c.vllm.zmq.endpoint,
+                 "[vllm] PUB endpoint to bind (tcp://HOST:PORT or ipc://PATH)");
+  app.add_option("--zmq-replay-endpoint", c.vllm.zmq.replay_endpoint,
+                 "[vllm] replay ROUTER endpoint to bind; none by default");
+  app.add_option("--zmq-topic", c.vllm.zmq.topic, "[vllm] topic frame (vLLM's default: empty)");
+  app.add_option("--replay-buffer", c.vllm.zmq.replay_buffer, "[vllm] batches kept for replay")
+      ->capture_default_str();
+  app.add_option("--vllm-encoding", c.encoding,
+                 "[vllm] map (vLLM today) or array (array_like Structs of older vLLM)")
+      ->check(CLI::IsMember({"map", "array"}))
+      ->capture_default_str();
+  app.add_option("--vllm-block-hashes", c.block_hashes,
+                 "[vllm] a keyed block (BatchStore) in block_hashes: index (its 64-bit index "
+                 "hash, what Dynamo's ZMQ relay decodes) or key (its namespaced key as bytes, "
+                 "vLLM's ExternalBlockHash)")
+      ->check(CLI::IsMember({"index", "key"}))
+      ->capture_default_str();
+}
+
+// The output --format names, or null after saying on stderr what the command line lacks.
+std::unique_ptr<kvpool::events::EventOutput> make_output(const CLI::App& app, Cli& c) {
+  using namespace kvpool::events;
+  if (c.format == "dynamo") {
+    if (app.count("--worker-id") == 0) {
+      std::fprintf(stderr, "kvpool-events: --worker-id is required with --format dynamo\n");
+      return nullptr;
+    }
+    c.nats.nats.name = "kvpool-events/" + c.o.instance;
+    c.nats.identity.dp_rank = static_cast<uint32_t>(c.dp_rank);
+    c.nats.identity.cache_owner = c.residency == "cache_owner";
+    if (c.nats.identity.cache_owner && c.state_source.empty()) {
+      std::fprintf(stderr,
+                   "kvpool-events: --residency cache_owner needs --state-source (Dynamo refuses "
+                   "a cache_owner event without its CacheOwnerId)\n");
+      return nullptr;
+    }
+    if (!c.state_source.empty()) {
+      std::string why;
+      if (!load_state_source(c.state_source, c.nats.identity.state_source, why)) {
+        std::fprintf(stderr, "kvpool-events: --state-source: %s\n", why.c_str());
+        return nullptr;
+      }
+    }
+    return std::make_unique<NatsOutput>(c.nats);
+  }
+  if (app.count("--zmq-endpoint") == 0) {
+    std::fprintf(stderr, "kvpool-events: --zmq-endpoint is required with --format vllm\n");
+    return nullptr;
+  }
+  c.vllm.dp_rank = c.dp_rank;
+  c.vllm.encoding = c.encoding == "map" ? VllmEncoding::kMap : VllmEncoding::kArray;
+  c.vllm.block_hashes = c.block_hashes == "key" ? VllmBlockHashes::kKey : VllmBlockHashes::kIndex;
+  return std::make_unique<VllmOutput>(c.vllm);
+}
+
+#ifdef KVPOOL_EVENTS_METRICS
+// --metrics-listen: the forwarder's figures on /metrics, or a clear error.
+kvpool::Result<std::unique_ptr<kvpool::http::HttpServer>> start_metrics(
+    const kvpool::events::Forwarder& forwarder, const Cli& c) {
+  return kvpool::http::HttpServer::start(
+      c.metrics_listen, [&forwarder, &c](const std::string& path) {
+        kvpool::http::HttpResponse r;
+        if (path != "/metrics") {
+          r.status = 404;
+          r.body = "not found: " + path + " (metrics are at /metrics)\n";
+          return r;
+        }
+        r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        r.body = kvpool::events::forwarder_metrics_text(forwarder, c.o, c.nats.identity.worker_id);
+        return r;
+      });
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,139 +213,24 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kvpool-events: publishes a kvpoold's KV events for cluster routers "
       "(Dynamo's router JSON on NATS, or vLLM's KVEventBatch on ZMQ)"};
-  ForwarderOptions o;
-  std::string format = "dynamo";
-  std::string log_level = "info";
-  NatsOutputOptions nats;
-  std::string residency = "worker";
-  std::string state_source;
-  VllmOutputOptions vllm;
-  std::string encoding = "map";
-  std::string block_hashes = "index";
-  int64_t dp_rank = 0;
-  app.add_option("--instance", o.instance, "kvpoold instance")->capture_default_str();
-  app.add_option("--runtime-dir", o.runtime_dir, "directory of kvpoold's socket");
-  app.add_option("--format", format, "dynamo (router JSON on NATS) | vllm (msgpack on ZMQ)")
-      ->check(CLI::IsMember({"dynamo", "vllm"}))
-      ->capture_default_str();
-  app.add_option("--dp-rank", dp_rank,
-                 "data parallel rank (Dynamo dp_rank, vLLM data_parallel_rank)")
-      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
-      ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off")
-      ->capture_default_str();
-  // Dynamo / NATS
-  // CLI11 converts an empty string to 0, and a unit whose KVPOOL_WORKER_ID is unset passes
-  // exactly that: refuse it rather than publish as worker 0 (another host's id, perhaps).
-  app.add_option("--worker-id", nats.identity.worker_id, "[dynamo] this cache's worker id")
-      ->check([](const std::string& v) {
-        return v.empty() ? std::string(
-                               "is empty: give this host's worker id (under systemd: "
-                               "KVPOOL_WORKER_ID in /etc/kvpool/kvpool-events.env)")
-                         : std::string();
-      });
-  app.add_option("--nats-url", nats.nats.url, "[dynamo] NATS server")->capture_default_str();
-  app.add_option("--namespace", nats.ns, "[dynamo] namespace of the subject")
-      ->capture_default_str();
-  app.add_option("--component", nats.component, "[dynamo] component of the subject")
-      ->capture_default_str();
-  app.add_option("--topic", nats.topic,
-                 "[dynamo] last part of the subject: kv-events (Dynamo today) or kv_events "
-                 "(Dynamo 0.2.1)")
-      ->capture_default_str();
-  app.add_option("--residency", residency,
-                 "[dynamo] host pools as one worker's cache (worker) or a shared cache "
-                 "(cache_owner, needs --state-source)")
-      ->check(CLI::IsMember({"cache_owner", "worker"}))
-      ->capture_default_str();
-  app.add_option("--state-source", state_source,
-                 "[dynamo] this cache's CacheOwnerId as Dynamo serialises it: a JSON object, "
-                 "inline or @FILE (cache_owner)");
-  app.add_flag("--legacy-envelope", nats.legacy_envelope,
-               "[dynamo] Dynamo 0.2.1's event envelope (no storage_tier, residency, dp_rank)");
-  // vLLM / ZMQ
-  app.add_option("--zmq-endpoint", vllm.zmq.endpoint,
-                 "[vllm] PUB endpoint to bind (tcp://HOST:PORT or ipc://PATH)");
-  app.add_option("--zmq-replay-endpoint", vllm.zmq.replay_endpoint,
-                 "[vllm] replay ROUTER endpoint to bind; none by default");
-  app.add_option("--zmq-topic", vllm.zmq.topic, "[vllm] topic frame (vLLM's default: empty)");
-  app.add_option("--replay-buffer", vllm.zmq.replay_buffer, "[vllm] batches kept for replay")
-      ->capture_default_str();
-  app.add_option("--vllm-encoding", encoding,
-                 "[vllm] map (vLLM today) or array (array_like Structs of older vLLM)")
-      ->check(CLI::IsMember({"map", "array"}))
-      ->capture_default_str();
-  app.add_option("--vllm-block-hashes", block_hashes,
-                 "[vllm] a keyed block (BatchStore) in block_hashes: index (its 64-bit index "
-                 "hash, what Dynamo's ZMQ relay decodes) or key (its namespaced key as bytes, "
-                 "vLLM's ExternalBlockHash)")
-      ->check(CLI::IsMember({"index", "key"}))
-      ->capture_default_str();
-  std::string metrics_listen;
-#ifdef KVPOOL_EVENTS_METRICS
-  app.add_option("--metrics-listen", metrics_listen,
-                 "serve the forwarder's metrics on http://ADDR/metrics (e.g. 127.0.0.1:9491; "
-                 "port 0 picks one; default: off)");
-#endif
-  app.set_version_flag("--version", "kvpool-events " + kvpool::version_string(),
-                       "print the version and the git commit, and exit");
+  Cli c;
+  add_common_options(app, c);
+  add_dynamo_options(app, c);
+  add_vllm_options(app, c);
   CLI11_PARSE(app, argc, argv);
 
-  const std::string log_to = kvpool::setup_service_log("kvpool-events", log_level);
-  spdlog::info("kvpool-events {} starting ({}, logging to {})", kvpool::version_string(), format,
+  const std::string log_to = kvpool::setup_service_log("kvpool-events", c.log_level);
+  spdlog::info("kvpool-events {} starting ({}, logging to {})", kvpool::version_string(), c.format,
                log_to);
+  std::unique_ptr<EventOutput> output = make_output(app, c);
+  if (!output) return 2;
 
-  std::unique_ptr<EventOutput> output;
-  if (format == "dynamo") {
-    if (app.count("--worker-id") == 0) {
-      std::fprintf(stderr, "kvpool-events: --worker-id is required with --format dynamo\n");
-      return 2;
-    }
-    nats.nats.name = "kvpool-events/" + o.instance;
-    nats.identity.dp_rank = static_cast<uint32_t>(dp_rank);
-    nats.identity.cache_owner = residency == "cache_owner";
-    if (nats.identity.cache_owner && state_source.empty()) {
-      std::fprintf(stderr,
-                   "kvpool-events: --residency cache_owner needs --state-source (Dynamo refuses "
-                   "a cache_owner event without its CacheOwnerId)\n");
-      return 2;
-    }
-    if (!state_source.empty()) {
-      std::string why;
-      if (!load_state_source(state_source, nats.identity.state_source, why)) {
-        std::fprintf(stderr, "kvpool-events: --state-source: %s\n", why.c_str());
-        return 2;
-      }
-    }
-    output = std::make_unique<NatsOutput>(nats);
-  } else {
-    if (app.count("--zmq-endpoint") == 0) {
-      std::fprintf(stderr, "kvpool-events: --zmq-endpoint is required with --format vllm\n");
-      return 2;
-    }
-    vllm.dp_rank = dp_rank;
-    vllm.encoding = encoding == "map" ? VllmEncoding::kMap : VllmEncoding::kArray;
-    vllm.block_hashes = block_hashes == "key" ? VllmBlockHashes::kKey : VllmBlockHashes::kIndex;
-    output = std::make_unique<VllmOutput>(vllm);
-  }
-
-  Forwarder forwarder(o, std::move(output));
+  Forwarder forwarder(c.o, std::move(output));
   g_forwarder = &forwarder;
 #ifdef KVPOOL_EVENTS_METRICS
   std::unique_ptr<kvpool::http::HttpServer> metrics_server;
-  if (!metrics_listen.empty()) {
-    auto s = kvpool::http::HttpServer::start(
-        metrics_listen, [&forwarder, &o, &nats](const std::string& path) {
-          kvpool::http::HttpResponse r;
-          if (path != "/metrics") {
-            r.status = 404;
-            r.body = "not found: " + path + " (metrics are at /metrics)\n";
-            return r;
-          }
-          r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-          r.body = forwarder_metrics_text(forwarder, o, nats.identity.worker_id);
-          return r;
-        });
+  if (!c.metrics_listen.empty()) {
+    auto s = start_metrics(forwarder, c);
     if (!s) {
       std::fprintf(stderr, "kvpool-events: --metrics-listen: %s\n", s.status().to_string().c_str());
       return 2;

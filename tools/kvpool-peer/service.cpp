@@ -71,12 +71,11 @@ Service::~Service() {
 }
 
 Status Service::init() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t now_s = now_ns(CLOCK_REALTIME) / 1'000'000'000ull;
   const Nonce salt = random_nonce();
   uint64_t r = 0;
   std::memcpy(&r, salt.data(), sizeof(r));
-  epoch_ = (uint64_t(ts.tv_sec) << 20) ^ r;  // differs on every start, even in one second
+  epoch_ = (now_s << 20) ^ r;  // differs on every start, even in one second
   if (options_.name.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);

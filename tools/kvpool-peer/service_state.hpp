@@ -1,20 +1,15 @@
 // Service's private records (service.hpp), shared by its .cpp files only.
 #pragma once
 
-#include <time.h>
-
 #include <thread>
 #include <vector>
 
+#include "kvpool/core/clock.hpp"
 #include "service.hpp"
 
 namespace kvpool::peer {
 
-inline uint64_t mono_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
+inline uint64_t mono_ns() { return now_ns(CLOCK_MONOTONIC); }
 
 struct Service::Conn {
   uint64_t id = 0;
