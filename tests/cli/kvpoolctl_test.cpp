@@ -24,10 +24,12 @@
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/paths.hpp"
 #include "kvpool/pool/arena.hpp"
+#include "kvpool/shm/cpu_share.hpp"
 #include "kvpool/shm/registry_segment.hpp"
 #include "kvpool/shm/segment_layout.hpp"
 #include "support/daemon_process.hpp"
 #include "support/process.hpp"
+#include "support/wait.hpp"
 
 namespace kvpool {
 namespace {
@@ -326,6 +328,14 @@ TEST_F(KvpoolctlTest, MetricsArePrometheusTextWithExactFigures) {
   EXPECT_EQ(m.get("kvpool_evictions_total", {{"pool", "g2"}}), 0);
   EXPECT_EQ(m.get("kvpool_rejected_handles_total", {{"pool", "g2"}}), 0);
   EXPECT_EQ(m.get("kvpool_clients_attached"), 1);
+  // What callers' wait policy reads: kvpoold inherits our affinity; the one client is idle,
+  // so once the engine's pass after its last call ran, nobody is in a call.
+  EXPECT_EQ(m.types["kvpool_engine_cpus"], "gauge");
+  EXPECT_EQ(m.types["kvpool_clients_busy"], "gauge");
+  EXPECT_EQ(m.get("kvpool_engine_cpus"), shm::allowed_cpu_count());
+  wait_until(
+      [&] { return parse_prometheus(ctl_on("metrics").out).get("kvpool_clients_busy") == 0; },
+      std::chrono::seconds(10), "kvpool_clients_busy to read 0 with the one client idle");
   EXPECT_EQ(m.get("kvpool_protocol_errors_total"), 0);
   EXPECT_EQ(m.get("kvpool_reclaimed_clients_total"), 0);
   const double requests = m.get("kvpool_requests_total");

@@ -200,6 +200,14 @@ void collect_slots(const ctl::ControlView& v, std::vector<Family>& f) {
   }
   add_family(f, "client_slots", "gauge", "Client slots (max_clients).")
       .samples.push_back({"", {}, uint64_t{h.max_clients}});
+  // What callers' wait policy reads (shm/cpu_share.hpp): 0 from a daemon too old to say.
+  add_family(f, "engine_cpus", "gauge",
+             "CPUs the progress engine may run on (its affinity mask); 0: not published.")
+      .samples.push_back({"", {}, relaxed(h.stats.engine_cpus)});
+  add_family(f, "clients_busy", "gauge",
+             "Clients in a call now (a request taken within the last 200 us); callers poll for "
+             "their answer only while these and kvpoold fit engine_cpus.")
+      .samples.push_back({"", {}, relaxed(h.stats.clients_busy)});
 }
 
 void collect_daemon_counters(const shm::ControlHeader& h, std::vector<Family>& f) {
