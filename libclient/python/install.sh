@@ -12,6 +12,7 @@
 #                 run as root, or give --target)
 #     BUILD_DIR   a cmake build of kvpool (default: build beside this source tree)
 #     --target    install into DIR instead (then PYTHONPATH=DIR)
+#     CXXFLAGS    (environment) the optimisation flags of the bindings (default -O2)
 # Afterwards `PYTHON -c 'import kvpool'` works from any directory.
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 PYTHON [BUILD_DIR] [--target DIR]" >&2; exit 2; }
@@ -42,12 +43,20 @@ trap 'rm -rf "$tmp"' EXIT
 cc=${CXX:-c++}
 command -v ccache >/dev/null 2>&1 && cc="ccache $cc"
 objs=""
-# The same sources as CMakeLists.txt and setup.py list.
+# The same sources as CMakeLists.txt and setup.py list, compiled side by side. CXXFLAGS
+# replaces the optimisation flags (default -O2).
+pids=""
 for f in module blocks errors dlpack batch_store; do
-  $cc -std=c++20 -O2 -fPIC -fvisibility=hidden $dl -I"$inc" -I"$src/libclient/include" \
-    -I"$src/shared/include" -c "$src/libclient/python/src/$f.cpp" -o "$tmp/$f.o"
+  # shellcheck disable=SC2086
+  $cc -std=c++20 ${CXXFLAGS:--O2} -fPIC -fvisibility=hidden $dl -I"$inc" \
+    -I"$src/libclient/include" -I"$src/shared/include" -c "$src/libclient/python/src/$f.cpp" \
+    -o "$tmp/$f.o" &
+  pids="$pids $!"
   objs="$objs $tmp/$f.o"
 done
+failed=0
+for p in $pids; do wait "$p" || failed=1; done
+[ "$failed" = 0 ] || { echo "install.sh: compiling the bindings failed (above)" >&2; exit 1; }
 mkdir -p "$tmp/kvpool"
 # shellcheck disable=SC2086
 $cc -shared -o "$tmp/kvpool/_kvpool$suffix" $objs -L"$build/libclient" -lkvpool '-Wl,-rpath,$ORIGIN'

@@ -64,7 +64,9 @@ ext = Extension(
     library_dirs=[libdir],
     libraries=["kvpool"],
     define_macros=[("KVPOOL_HAVE_DLPACK", "1")] if have_dlpack else [],
-    extra_compile_args=["-std=c++20", "-fvisibility=hidden", "-O2"],
+    # The optimisation level is the interpreter's own (its CFLAGS: -O2 or -O3); CFLAGS in the
+    # environment override it, as for any setuptools build.
+    extra_compile_args=["-std=c++20", "-fvisibility=hidden"],
     extra_link_args=["-Wl,-rpath,$ORIGIN"],
     language="c++",
 )

@@ -396,14 +396,25 @@ TEST_F(DiskEventsNats, AResyncAfterTheRingWentRoundStillAnnouncesTheOldDiskBlock
   EXPECT_EQ(after.front().kind, events::RouterEvent::Kind::kCleared);
   EXPECT_EQ(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
       << "the forwarder kept up: its view is exact";
-  // Its metrics say the same (gauges are stored once per round of its loop).
-  const auto told = static_cast<int64_t>(view_of(after).held["disk"].size());
+  // Its metrics say the same (gauges are stored once per round of its loop). The resync may
+  // still be on its way when both chains are in (it comes in batches): what it told is
+  // counted afresh on every look, and matches the gauge once the last batch is in.
+  int64_t told = 0, gauge = -1;
   wait_until(
       [&] {
-        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 0 &&
-               forwarder_gauge(*fwd_, "kvpool_events_disk_blocks") == told;
+        const auto all = inbox_.events();
+        const std::vector<events::RouterEvent> since(all.begin() + static_cast<long>(before),
+                                                     all.end());
+        told = static_cast<int64_t>(view_of(since).held["disk"].size());
+        gauge = forwarder_gauge(*fwd_, "kvpool_events_disk_blocks");
+        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 0 && gauge == told;
       },
-      10s, "kvpool_events_disk_blocks " + std::to_string(told) + ", disk_view_partial 0");
+      10s,
+      "kvpool_events_disk_blocks to equal the disk blocks the resync told, disk_view_partial 0",
+      [&] {
+        return "told " + std::to_string(told) + ", kvpool_events_disk_blocks " +
+               std::to_string(gauge);
+      });
 }
 
 // A forwarder that starts after the daemon's ring went round has lost the start of the
@@ -445,13 +456,22 @@ TEST_F(DiskEventsNats, AForwarderThatMissedTheStartTellsOnlyBlocksStillOnDisk) {
   for (uint64_t h : told) EXPECT_TRUE(on_disk.count(h)) << h << " told but not on disk";
   EXPECT_NE(fwd_->stderr_text().find("lost before their disk-tier part"), std::string::npos)
       << fwd_->stderr_text();
+  // The resync may still be on its way (it comes in batches): what it told is counted afresh
+  // on every look, and matches the gauge once the last batch is in.
+  int64_t told_now = 0, gauge = -1;
   wait_until(
       [&] {
-        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 1 &&
-               forwarder_gauge(*fwd_, "kvpool_events_disk_blocks") ==
-                   static_cast<int64_t>(told.size());
+        told_now = static_cast<int64_t>(view_of(inbox_.events()).held["disk"].size());
+        gauge = forwarder_gauge(*fwd_, "kvpool_events_disk_blocks");
+        return forwarder_gauge(*fwd_, "kvpool_events_disk_view_partial") == 1 && gauge == told_now;
       },
-      10s, "kvpool_events_disk_blocks " + std::to_string(told.size()) + ", disk_view_partial 1");
+      10s, "kvpool_events_disk_blocks to equal the disk blocks told, disk_view_partial 1",
+      [&] {
+        return "told " + std::to_string(told_now) + ", kvpool_events_disk_blocks " +
+               std::to_string(gauge);
+      });
+  for (uint64_t h : view_of(inbox_.events()).held["disk"])
+    EXPECT_TRUE(on_disk.count(h)) << h << " told but not on disk";
 }
 
 // ---- vLLM: KVEventBatch msgpack on ZMQ -----------------------------------------------------
