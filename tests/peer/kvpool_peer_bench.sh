@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # kvpool_peer_bench: the peer tier's fetch speed over a veth pair between two network
 # namespaces, against the link's own limits measured in the same run:
-#   iperf3 (TCP), ucx_perftest ucp_am_bw (UCX over TCP, the block size), and kvpool-peer
-#   fetching 64-block prefixes (B's worker: local match, ask, transfer, verify, register,
-#   match), per block size.
+#   iperf3 (TCP); ucx_perftest ucp_am_bw at the block size, once with UCX's defaults and once
+#   with the UCX settings kvpool-peer runs with (UCX_TCP_PUT_ENABLE=n, see docs/peers.md);
+#   kvpool-peer fetching 64-block prefixes (B's worker: local match, ask, transfer, verify,
+#   register, match), per block size.
+# Two kvpool figures per block size:
+#   warm: the steady state of a running host. Each pool holds 4 prefixes; 4 prefixes are
+#         fetched first, so every page of both pools has been mapped by each kvpool-peer, and
+#         the measured fetches reuse blocks (evicting old ones) as a long-running host does.
+#         ucx_perftest's buffers are warm in the same way (it reuses one buffer).
+#   cold: fetches 2-4, into pool pages kvpool-peer has never touched (the first after a start):
+#         the page faults of first touch are in the figure (docs/peers.md: what limits it).
 # usage: kvpool_peer_bench.sh BUILD_DIR [ROUNDS] [INNER_DIMS...]
 #   block bytes = 2 layers * 2 (K,V) * 16 tokens * inner_dim * 2 bytes (inner 2048: 256 KiB)
 # Prints one line per measurement; needs root (ip netns), iperf3 and ucx_perftest.
@@ -11,7 +19,7 @@ BUILD=$(cd "$1" && pwd)
 ROUNDS=${2:-5}
 shift 2 || true
 INNERS=("$@"); [ ${#INNERS[@]} -gt 0 ] || INNERS=(1024 2048 8192)
-BLOCKS_PER_POOL=$(( 64 * (ROUNDS + 1) ))
+BLOCKS_PER_POOL=$(( 64 * 4 ))
 source "$(dirname "$0")/netns_lib.sh"
 command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null || { echo "SKIP: iperf3/ucx_perftest"; exit 77; }
 
@@ -28,16 +36,30 @@ gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | "$PY" -c \
   "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))")
 echo "iperf3 TCP B<-A: $gbps GB/s"
 
+# perftest BYTES PUT: ucx_perftest ucp_am_bw MB/s (2^20) of BYTES-sized messages, B -> A.
+perftest() {
+  ip netns exec "$NSA" env UCX_TCP_PUT_ENABLE="$2" ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
+  local sp=$!; PIDS+=($sp)
+  wait_for 10 listening "$NSA" 13400 || fail "ucx_perftest server did not start"
+  ip netns exec "$NSB" env UCX_TCP_PUT_ENABLE="$2" \
+    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$1" -n 2000 -w 100 2>&1 | awk '/Final:/ {print $6}'
+  wait "$sp" 2>/dev/null || true
+}
+
+# fetch_ms SEED: B fetches A's 64-block prefix SEED; prints its elapsed ms.
+fetch_ms() {
+  worker "$NSA" A register --blocks 64 --seed "$1" >/dev/null
+  local res got
+  res=$(worker "$NSB" B match --blocks 64 --seed "$1" --deadline-ms 20000 --holder "$IPA:$PORT")
+  got=$("$PY" -c "import json,sys; j=json.loads(sys.argv[1]); print(j['got'] if j['bytes_ok'] else -1)" "$res")
+  [ "$got" = 64 ] || fail "prefix $1: $res"
+  "$PY" -c "import json,sys; print(json.loads(sys.argv[1])['elapsed_ms'])" "$res"
+}
+
 for inner in "${INNERS[@]}"; do
   bytes=$(( 2 * 2 * 16 * inner * 2 ))
-  # ucx_perftest: active messages of one block's size, B -> A then A serving (its bw test
-  # is the client sending), over the same link with the same transports.
-  ip netns exec "$NSA" ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
-  sp=$!; PIDS+=($sp)
-  wait_for 10 listening "$NSA" 13400 || fail "ucx_perftest server did not start"
-  perf=$(ip netns exec "$NSB" ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$bytes" -n 2000 -w 100 2>&1 \
-         | awk '/Final:/ {print $6}')
-  wait "$sp" 2>/dev/null || true
+  perf_default=$(perftest "$bytes" y)
+  perf_peer=$(perftest "$bytes" n)
   INNER=$inner
   for h in A B; do
     [ -n "$(eval echo \${KVPOOLD_$h:-})" ] && { kill "$(eval echo \$KVPOOLD_$h)" "$(eval echo \$PEER_$h)"; wait "$(eval echo \$KVPOOLD_$h)" "$(eval echo \$PEER_$h)" 2>/dev/null || true; }
@@ -45,25 +67,25 @@ for inner in "${INNERS[@]}"; do
   rm -rf "$WORK/A" "$WORK/B"
   start_kvpoold "$NSA" A "$inner"; start_kvpoold "$NSB" B "$inner"
   start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
-  # A warm-up prefix (connects and authenticates), then ROUNDS fresh 64-block prefixes.
-  worker "$NSA" A register --blocks 64 --seed 1000 >/dev/null
-  worker "$NSB" B match --blocks 64 --seed 1000 --deadline-ms 20000 --holder "$IPA:$PORT" >/dev/null
-  times=()
-  for r in $(seq 1 "$ROUNDS"); do
-    worker "$NSA" A register --blocks 64 --seed $(( 1000 + r )) >/dev/null
-    res=$(worker "$NSB" B match --blocks 64 --seed $(( 1000 + r )) --deadline-ms 20000 --holder "$IPA:$PORT")
-    got=$("$PY" -c "import json,sys; j=json.loads(sys.argv[1]); print(j['got'] if j['bytes_ok'] else -1)" "$res")
-    [ "$got" = 64 ] || { echo "round $r: $res"; exit 1; }
-    times+=("$("$PY" -c "import json,sys; print(json.loads(sys.argv[1])['elapsed_ms'])" "$res")")
-  done
-  "$PY" - "$bytes" "$perf" "$gbps" "${times[@]}" <<'PY'
+  fetch_ms 1000 >/dev/null  # connects and authenticates
+  cold=()
+  for r in 1 2 3; do cold+=("$(fetch_ms $(( 1000 + r )))"); done
+  warm=()
+  for r in $(seq 1 "$ROUNDS"); do warm+=("$(fetch_ms $(( 2000 + r )))"); done
+  "$PY" - "$bytes" "${perf_default:-0}" "${perf_peer:-0}" "$gbps" "${cold[*]}" "${warm[@]}" <<'PY'
 import statistics, sys
-b = int(sys.argv[1]); perf = float(sys.argv[2] or 0); iperf = float(sys.argv[3]); t = [float(x) for x in sys.argv[4:]]
-med = statistics.median(t)
-gbs = 64 * b / (med / 1e3) / 1e9
-perf_gbs = perf * 2**20 / 1e9 if perf else 0.0  # ucx_perftest's MB is 2^20 bytes
-ratio = gbs / perf_gbs if perf_gbs else float('nan')
-print(f"block {b//1024} KiB: kvpool-peer 64-block fetch median {med:.1f} ms (min {min(t):.1f}, max {max(t):.1f}, n={len(t)}) "
-      f"= {gbs:.3f} GB/s; ucx_perftest ucp_am_bw {perf_gbs:.3f} GB/s; iperf3 {iperf:.3f} GB/s; kvpool/ucx_perftest {ratio:.0%}")
+b = int(sys.argv[1]); iperf = float(sys.argv[4])
+perf_default, perf_peer = (float(x) * 2**20 / 1e9 for x in sys.argv[2:4])  # perftest's MB: 2^20 B
+cold = [float(x) for x in sys.argv[5].split()]; warm = [float(x) for x in sys.argv[6:]]
+gbs = lambda ms: 64 * b / (ms / 1e3) / 1e9
+med = statistics.median(warm)
+ratio = lambda x: f"{gbs(med) / x:.0%}" if x else "n/a"
+print(f"block {b//1024} KiB: kvpool-peer 64-block fetch, warm: median {med:.1f} ms (min {min(warm):.1f}, "
+      f"max {max(warm):.1f}, n={len(warm)}) = {gbs(med):.3f} GB/s; cold (first touch): median "
+      f"{statistics.median(cold):.1f} ms = {gbs(statistics.median(cold)):.3f} GB/s")
+print(f"block {b//1024} KiB: ucx_perftest ucp_am_bw {perf_default:.3f} GB/s (UCX defaults), "
+      f"{perf_peer:.3f} GB/s (UCX_TCP_PUT_ENABLE=n, as kvpool-peer); iperf3 {iperf:.3f} GB/s; "
+      f"kvpool warm / ucx_perftest: {ratio(perf_default)} (defaults), {ratio(perf_peer)} (as kvpool-peer)")
 PY
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

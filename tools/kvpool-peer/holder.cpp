@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kvpool/core/checksum.hpp"
+#include "prefault.hpp"
 #include "service.hpp"
 #include "service_state.hpp"
 
@@ -134,6 +135,12 @@ void Service::begin_serve(Conn& c, const FetchRequest& rq, uint32_t pool,
   serve->request_id = rq.id;
   Serve& s = *serve;
   serves_[s.id] = std::move(serve);
+  // The checksum and the sends read every page of these blocks: map them in one call
+  // (prefault.hpp).
+  std::vector<ByteRun> runs;
+  for (const ImmutableBlock& b : s.pins)
+    if (auto a = b.address(0, 0)) runs.push_back({*a, s.bytes});
+  populate_pages(std::move(runs), /*for_write=*/false);
   send_blocks(s);
   if (s.sending == 0) serve_done(s.id);
 }
