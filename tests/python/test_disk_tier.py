@@ -11,7 +11,6 @@ import tempfile
 import numpy as np
 import pytest
 
-import kvpool
 from conftest import host_pool, wait_until
 
 SLOT_MAGIC = 0x31544F4C53505654  # "TVPSLOT1" (daemon/disk/slot_format.hpp)
@@ -84,5 +83,42 @@ def test_onboard_reads_back_what_the_previous_daemon_wrote(daemon_factory, disk_
         return await pool.match_sequence_hashes_async(hashes, onboard=True)
 
     assert asyncio.run(onboard_async()).sequence_hashes == hashes
-    with pytest.raises(kvpool.InvalidArgument, match="cannot be combined"):
-        pool.match_sequence_hashes(hashes, peers=True, onboard=True)
+
+
+def test_peer_match_reads_the_disk_tier_first(daemon_factory, disk_dir):
+    """peers=True (with onboard=True or not) looks at this host's disk tier before any peer,
+    as C++'s match with PeerFetchOptions does; without kvpool-peer on the host that is all."""
+    path = os.path.join(disk_dir, "g.slots")
+    d = daemon_factory(pools=[disk_pool(path)])
+    pool = d.connect().pool("g")
+    blocks = pool.allocate_blocks(2)
+    parent = None
+    for i, b in enumerate(blocks):
+        b.init_sequence(6, parent)
+        b.add_tokens([2000 + i * pool.page_size + k for k in range(pool.page_size)])
+        b.commit()
+        parent = b.sequence_hash
+        arr = np.asarray(b)
+        arr[...] = i + 7
+        del arr
+    hashes = [b.sequence_hash for b in blocks]
+    pool.register_blocks(blocks).release()
+    wait_until(lambda: set(hashes) <= hashes_on_disk(path), 20, "the blocks in the slot file",
+               d.stderr_text)
+
+    for onboard in (True, False):
+        d.kill(signal.SIGTERM)  # the next start has empty host memory; the slots stay
+        d.start()
+        pool = d.connect().pool("g")
+        assert len(pool.match_sequence_hashes(hashes)) == 0
+        hit = pool.match_sequence_hashes(hashes + [999], peers=True, onboard=onboard,
+                                         deadline_ms=200)
+        assert hit.sequence_hashes == hashes
+        for i, block in enumerate(hit):
+            assert (np.asarray(block) == i + 7).all()
+        hit.release()
+
+    async def peer_async():
+        return await pool.match_sequence_hashes_async(hashes, peers=True, onboard=True)
+
+    assert asyncio.run(peer_async()).sequence_hashes == hashes

@@ -161,7 +161,8 @@ class Pool:
     def register_blocks(self, blocks: Sequence[MutableBlock],
                         send_tokens: bool = False) -> ImmutableBlocks: ...
     # peers=True: what this host lacks comes from another host's kvpoold (docs/peers.md).
-    # onboard=True: the prefix continues from the pool's disk tier (docs/disk-tier.md).
+    # onboard=True: the prefix continues from the pool's disk tier (docs/disk-tier.md);
+    # peers=True implies it (its local match covers the disk tier, as in C++).
     def match_sequence_hashes(self, hashes: _IntSeq, peers: bool = False,
                               deadline_ms: int = 500, holder: str = "",
                               onboard: bool = False) -> ImmutableBlocks: ...

@@ -123,20 +123,13 @@ class PoolObject {
   PendingImmutables match_send(py::handle hashes, bool peers, uint32_t deadline_ms,
                                const std::string& holder, bool onboard) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
-    check_match_options(peers, onboard);
+    // peers=True implies onboard, as in match_sequence_hashes below.
     return PendingImmutables(
         without_gil([&] {
           return peers ? pool_.match_sequence_hashes_async(h, peer_options(deadline_ms, holder))
                        : pool_.match_sequence_hashes_async(h, MatchOptions{.onboard = onboard});
         }),
         meta_);
-  }
-  // The peer path matches host memory only (docs/peers.md); onboard is the disk tier's.
-  static void check_match_options(bool peers, bool onboard) {
-    if (peers && onboard)
-      throw StatusError(Status(ErrorCode::kInvalidArgument,
-                               "match_sequence_hashes: peers=True and onboard=True cannot be "
-                               "combined (the peer path matches host memory only)"));
   }
   static PeerFetchOptions peer_options(uint32_t deadline_ms, const std::string& holder) {
     PeerFetchOptions o;
@@ -170,7 +163,8 @@ class PoolObject {
   ImmutableBlocksObject match_sequence_hashes(py::handle hashes, bool peers, uint32_t deadline_ms,
                                               const std::string& holder, bool onboard) {
     auto h = to_unsigned_vector<SequenceHash>(hashes, "hashes");
-    check_match_options(peers, onboard);
+    // As in C++, the peer path's local match is an onboard match (host memory, then the
+    // disk tier; docs/peers.md), so onboard adds nothing to peers=True.
     auto r = without_gil([&] {
       return peers ? pool_.match_sequence_hashes(h, peer_options(deadline_ms, holder))
                    : pool_.match_sequence_hashes(h, MatchOptions{.onboard = onboard});
@@ -295,7 +289,9 @@ void bind_pool(py::module_& m) {
            "'host:port' names the holder's kvpool-peer (else it is looked up). A failure of the\n"
            "peer path is a shorter prefix, never an error. onboard=True: the prefix continues\n"
            "from the pool's disk tier past host memory (docs/disk-tier.md): kvpoold reads,\n"
-           "verifies and registers those blocks, and answers once the reads are done.")
+           "verifies and registers those blocks, and answers once the reads are done.\n"
+           "peers=True implies it: the local match before any peer is asked covers the disk\n"
+           "tier too, as in C++ (onboard may be given with it, and changes nothing).")
       .def("hash_tokens", &pool_hash_tokens, py::arg("tokens"), py::arg("salt") = 0,
            "(block_hashes, sequence_hashes) of the full blocks of `tokens` as this pool hashes\n"
            "them (its page size and hash scheme): the hashes MutableBlock.commit gives blocks\n"
