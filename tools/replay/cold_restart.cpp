@@ -1,11 +1,8 @@
 #include "cold_restart.hpp"
 
-#include <unistd.h>
-
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -36,15 +33,12 @@ void replay_phase(Phase& p, RunOptions run, const CtlTarget& ctl) {
   }
   std::vector<TraceRequest> rebased = p.requests;
   for (auto& r : rebased) r.timestamp_ms -= p.requests.front().timestamp_ms;
-  char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
-  if (!::mkdtemp(scratch)) {
-    p.run.violations.push_back("mkdtemp failed");
+  auto ran = run_replay_in_scratch(rebased, run);
+  if (!ran) {
+    p.run.violations.push_back(ran.status().to_string());
     return;
   }
-  run.scratch_dir = scratch;
-  p.run = run_replay(rebased, run);
-  std::error_code ec;
-  std::filesystem::remove_all(scratch, ec);
+  p.run = std::move(*ran);
 
   auto after = settle(ctl, run.pool);
   if (!after) p.run.violations.push_back("kvpoolctl status: " + after.status().to_string());

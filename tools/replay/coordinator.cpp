@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "pattern.hpp"
+#include "routing.hpp"
 
 namespace kvpool::replay {
 
@@ -38,10 +40,17 @@ class Coordinator {
   Coordinator(const std::vector<TraceRequest>& reqs, const RunOptions& o)
       : reqs_(reqs), o_(o), rng_(o.seed) {
     shares_.resize(static_cast<size_t>(o.workers));
+    const size_t hosts = std::max<size_t>(1, o.host_dirs.size());
+    std::vector<size_t> next_of_host(hosts, 0);  // round robin among a host's workers
     for (size_t i = 0; i < reqs.size(); ++i) {
       size_t w = o.route_by_first_block && !reqs[i].ids.empty()
                      ? splitmix64(reqs[i].ids[0]) % shares_.size()
                      : i % shares_.size();
+      if (hosts > 1) {  // a random host, then its workers w = h, h + hosts, ...
+        const size_t h = random_host(reqs[i].index, static_cast<uint32_t>(hosts), o.seed);
+        const size_t per_host = (shares_.size() - h + hosts - 1) / hosts;
+        w = h + hosts * (next_of_host[h]++ % per_host);
+      }
       shares_[w].push_back(i);
       by_index_[reqs[i].index] = i;
     }
@@ -139,7 +148,14 @@ class Coordinator {
                                      std::to_string(o_.token_ms),
                                      "--shallow-levels",
                                      std::to_string(o_.shallow_levels)};
-    if (!o_.runtime_dir.empty()) args.insert(args.end(), {"--runtime-dir", o_.runtime_dir});
+    const size_t host =
+        o_.host_dirs.empty() ? 0 : static_cast<size_t>(number) % o_.host_dirs.size();
+    const std::string& dir = o_.host_dirs.empty() ? o_.runtime_dir : o_.host_dirs[host];
+    if (!dir.empty()) args.insert(args.end(), {"--runtime-dir", dir});
+    if (!o_.peer_holders.empty())
+      args.insert(args.end(),
+                  {"--peer-holder", o_.peer_holders[(host + 1) % o_.peer_holders.size()],
+                   "--peer-deadline-ms", std::to_string(o_.peer_deadline_ms)});
     if (o_.corrupt_id >= 0)
       args.insert(args.end(), {"--corrupt-id", std::to_string(o_.corrupt_id)});
     if (o_.onboard) args.insert(args.end(), {"--onboard", "1"});
@@ -308,6 +324,17 @@ class Coordinator {
 RunResult run_replay(const std::vector<TraceRequest>& requests, const RunOptions& options) {
   signal(SIGPIPE, SIG_IGN);
   return Coordinator(requests, options).run();
+}
+
+Result<RunResult> run_replay_in_scratch(const std::vector<TraceRequest>& requests,
+                                        RunOptions options) {
+  char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
+  if (!::mkdtemp(scratch)) return io_error("mkdtemp /tmp/kvpool-replay-req-XXXXXX", errno);
+  options.scratch_dir = scratch;
+  RunResult r = run_replay(requests, options);
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+  return r;
 }
 
 }  // namespace kvpool::replay

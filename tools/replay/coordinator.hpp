@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvpool/core/status.hpp"
 #include "trace.hpp"
 
 namespace kvpool::replay {
@@ -28,6 +29,15 @@ struct RunOptions {
   uint64_t seed = 1;
   bool onboard = false;     // workers match with MatchOptions::onboard (a pool with a disk tier)
   std::string scratch_dir;  // where the per-worker request files go
+  // --hosts: one runtime dir per host, each a kvpoold with `instance` and `pool`. Worker w
+  // serves host w % hosts; each request goes to a random host (routing.hpp), then round
+  // robin among that host's workers. Empty: one host (`runtime_dir`).
+  std::vector<std::string> host_dirs;
+  // --peer-holders: each host's kvpool-peer address, in the order of host_dirs. Workers then
+  // match with peer fetch (PeerFetchOptions), naming the next host's kvpool-peer as the
+  // holder (with two hosts: the other one). Empty: local matches only.
+  std::vector<std::string> peer_holders;
+  uint32_t peer_deadline_ms = 1000;
 };
 
 struct RunResult {
@@ -45,5 +55,9 @@ struct RunResult {
 };
 
 RunResult run_replay(const std::vector<TraceRequest>& requests, const RunOptions& options);
+
+// run_replay in a fresh scratch directory (options.scratch_dir), removed after.
+Result<RunResult> run_replay_in_scratch(const std::vector<TraceRequest>& requests,
+                                        RunOptions options);
 
 }  // namespace kvpool::replay

@@ -36,18 +36,21 @@ Ran run(const CtlTarget& t, const std::string& args) {
   return r;
 }
 
-Result<nlohmann::json> status_json(const CtlTarget& t) {
-  Ran r = run(t, "status --json");
+// `kvpoolctl WHAT --json`, parsed.
+Result<nlohmann::json> ctl_json(const CtlTarget& t, const std::string& what) {
+  Ran r = run(t, what + " --json");
   if (r.rc != 0)
     return Status(ErrorCode::kNotFound,
-                  "kvpoolctl status failed (rc " + std::to_string(r.rc) + "): " + r.out);
+                  "kvpoolctl " + what + " failed (rc " + std::to_string(r.rc) + "): " + r.out);
   try {
     return nlohmann::json::parse(r.out);
   } catch (const std::exception& e) {
     return Status(ErrorCode::kInternal,
-                  std::string("kvpoolctl status printed no JSON: ") + e.what());
+                  "kvpoolctl " + what + " printed no JSON: " + std::string(e.what()));
   }
 }
+
+Result<nlohmann::json> status_json(const CtlTarget& t) { return ctl_json(t, "status"); }
 
 }  // namespace
 
@@ -86,6 +89,23 @@ Result<std::string> ctl_first_pool(const CtlTarget& t) {
   if (!j) return j.status();
   if ((*j)["pools"].empty()) return Status(ErrorCode::kNotFound, "kvpoold has no pools");
   return (*j)["pools"][0]["name"].get<std::string>();
+}
+
+Result<CtlPeerFigures> ctl_peers(const CtlTarget& t) {
+  auto j = ctl_json(t, "peers");
+  if (!j) return j.status();
+  CtlPeerFigures f;
+  try {
+    for (const auto& [name, p] : (*j)["peers"].items()) {
+      f.fetches += p["fetches"].get<uint64_t>();
+      f.blocks_fetched += p["blocks_fetched"].get<uint64_t>();
+      for (const auto& [cause, n] : p["failures"].items()) f.failures += n.get<uint64_t>();
+    }
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kInternal,
+                  "kvpoolctl peers: unexpected JSON: " + std::string(e.what()));
+  }
+  return f;
 }
 
 Status ctl_check(const CtlTarget& t) {

@@ -27,10 +27,17 @@ struct CtlStatus {
   std::string disk_path;
 };
 
+// The host's kvpool-peer (`kvpoolctl peers --json`), summed over the peers it fetched from.
+struct CtlPeerFigures {
+  uint64_t fetches = 0, blocks_fetched = 0, failures = 0;
+};
+
 // `kvpoolctl status --json`, the figures of pool `pool` (the first pool when empty).
 Result<CtlStatus> ctl_status(const CtlTarget& t, const std::string& pool);
 // The name of the daemon's first pool.
 Result<std::string> ctl_first_pool(const CtlTarget& t);
+// `kvpoolctl peers --json`: what this host's kvpool-peer fetched.
+Result<CtlPeerFigures> ctl_peers(const CtlTarget& t);
 // `kvpoolctl check`: ok, or the violation it names.
 Status ctl_check(const CtlTarget& t);
 

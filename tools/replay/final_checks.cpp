@@ -59,12 +59,12 @@ uint64_t sweep(const std::vector<TraceRequest>& reqs, const RunOptions& o,
 
 // Waits (bounded) until the daemon has seen every worker go: no client attached and
 // nothing active or mutable; returns the last status read.
-Result<CtlStatus> settle(const CtlTarget& t, const std::string& pool) {
+Result<CtlStatus> settle(const CtlTarget& t, const std::string& pool, uint32_t resident) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (true) {
     auto s = ctl_status(t, pool);
     if (!s) return s;
-    bool quiet = s->clients == 0 && s->active == 0 && s->mutable_blocks == 0;
+    bool quiet = s->clients <= resident && s->active == 0 && s->mutable_blocks == 0;
     if (quiet || std::chrono::steady_clock::now() >= deadline) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // poll interval
   }

@@ -19,8 +19,9 @@ namespace kvpool::replay {
 uint64_t sweep(const std::vector<TraceRequest>& reqs, const RunOptions& o,
                std::vector<std::string>& violations);
 
-// Waits (bounded: 10 s) until the daemon has seen every worker go: no client attached and
-// nothing active or mutable; returns the last status read.
-Result<CtlStatus> settle(const CtlTarget& t, const std::string& pool);
+// Waits (bounded: 10 s) until the daemon has seen every worker go: no client attached but
+// `resident` (clients that stay, e.g. a kvpool-peer beside kvpoold) and nothing active or
+// mutable; returns the last status read.
+Result<CtlStatus> settle(const CtlTarget& t, const std::string& pool, uint32_t resident = 0);
 
 }  // namespace kvpool::replay

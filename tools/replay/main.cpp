@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -26,6 +25,7 @@
 #include "simulate.hpp"
 #include "tier_sim.hpp"
 #include "trace.hpp"
+#include "two_hosts.hpp"
 #include "worker.hpp"
 
 using namespace kvpool;
@@ -43,6 +43,13 @@ const char* kUsage = R"(usage: kvpool-replay [options]
                         holds its blocks for output_length x MS / X real milliseconds
   --workers N           worker processes (default 4)
   --route rr|first      round robin (default) or by the first block id
+  --hosts DIR,DIR...    several hosts (docs/peers.md, "Two hosts"): the runtime dir of each
+                        host's kvpoold (all with --instance and --pool); each request goes to
+                        a random host (--seed), worker w serves host w % hosts. Hit rate
+                        beside the hosts as separate caches and as one shared cache (simulated)
+  --peer-holders A,B... with --hosts: each host's kvpool-peer address (same order); workers
+                        match with peer fetch, naming the next host's kvpool-peer as holder
+  --peer-deadline-ms MS the peer fetch deadline (default 1000)
   --kill-interval S     SIGKILL a random worker every ~S real seconds and replace it
   --max-kills N         stop killing after N kills
   --seed N              for the killer (default 1)
@@ -178,8 +185,23 @@ WorkerOptions parse_worker_args(int argc, char** argv) {
       w.corrupt_id = std::stoll(v);
     else if (k == "--onboard")
       w.onboard = v == "1";
+    else if (k == "--peer-holder")
+      w.peer_holder = v;
+    else if (k == "--peer-deadline-ms")
+      w.peer_deadline_ms = static_cast<uint32_t>(std::stoul(v));
   }
   return w;
+}
+
+std::vector<std::string> split_commas(const std::string& v) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p <= v.size();) {
+    size_t c = v.find(',', p);
+    if (c == std::string::npos) c = v.size();
+    if (c > p) out.push_back(v.substr(p, c - p));
+    p = c + 1;
+  }
+  return out;
 }
 
 // The options of the replay itself (RunOptions). False: not one of them. Throws on a bad
@@ -199,6 +221,12 @@ Result<bool> apply_run_option(RunOptions& r, const std::string& k, const std::st
     r.kill_interval_s = std::stod(v);
   else if (k == "--max-kills")
     r.max_kills = std::stoi(v);
+  else if (k == "--hosts")
+    r.host_dirs = split_commas(v);
+  else if (k == "--peer-holders")
+    r.peer_holders = split_commas(v);
+  else if (k == "--peer-deadline-ms")
+    r.peer_deadline_ms = static_cast<uint32_t>(std::stoul(v));
   else if (k == "--seed")
     r.seed = std::stoull(v);
   else if (k == "--instance")
@@ -382,14 +410,9 @@ Result<Yardstick> simulate_yardstick(const std::vector<TraceRequest>& reqs, cons
 
 // The replay proper, in a scratch directory the workers share.
 Result<RunResult> replay_in_scratch(const std::vector<TraceRequest>& reqs, Options& o) {
-  char scratch[] = "/tmp/kvpool-replay-req-XXXXXX";
-  if (!::mkdtemp(scratch)) return Status(ErrorCode::kInternal, "mkdtemp failed");
-  o.run.scratch_dir = scratch;
   o.run.self = self_path();
-  RunResult r = run_replay(reqs, o.run);
-  r.onboarded = o.run.onboard;
-  std::error_code ec;
-  std::filesystem::remove_all(scratch, ec);
+  auto r = run_replay_in_scratch(reqs, o.run);
+  if (r) r->onboarded = o.run.onboard;
   return r;
 }
 
@@ -605,6 +628,20 @@ int main(int argc, char** argv) {
     return simulate_two_tiers(reqs, tf, o.simulate_pcts, o.run.token_ms, o.disk_blocks, out,
                               write_json);
   if (!o.simulate_pcts.empty()) return simulate_one_tier(reqs, tf, o, out, write_json);
+
+  if (!o.run.host_dirs.empty()) {
+    if (!o.kvpoold.empty() || o.cold_restart_at > 0 || o.run.kill_interval_s > 0 ||
+        o.run.workers < static_cast<int>(o.run.host_dirs.size()) ||
+        (!o.run.peer_holders.empty() && o.run.peer_holders.size() != o.run.host_dirs.size()))
+      return usage_error(
+          "--hosts: running kvpoolds (no --kvpoold, --cold-restart-at or --kill-interval), at "
+          "least one worker per host, and one --peer-holders address per host or none");
+    o.run.self = self_path();
+    const int rc = replay_on_hosts(reqs, tf, o.run, HostsPlan{o.kvpoolctl, o.max_sim_gap}, out);
+    write_json();
+    return rc;
+  }
+  if (!o.run.peer_holders.empty()) return usage_error("--peer-holders needs --hosts");
 
   // The daemon: our own, or the one running.
   std::unique_ptr<PrivateDaemon> daemon;

@@ -216,7 +216,11 @@ class Worker {
     auto seq = TokenBlockSequence::create(tokens_, L_.page_size, /*salt=*/0);
     if (!seq) return fail("", seq.status());
     auto hashes = seq->sequence_hashes();
-    auto hit = pool_.match_sequence_hashes(hashes, MatchOptions{.onboard = o_.onboard});
+    auto hit = o_.peer_holder.empty()
+                   ? pool_.match_sequence_hashes(hashes, MatchOptions{.onboard = o_.onboard})
+                   : pool_.match_sequence_hashes(
+                         hashes, PeerFetchOptions{std::chrono::milliseconds(o_.peer_deadline_ms),
+                                                  o_.peer_holder});
     const auto t1 = Clock::now();
     if (!hit) {
       exit_if_gone(hit.status());

@@ -27,7 +27,11 @@ struct WorkerOptions {
   double speed = 1;
   double token_ms = 10;
   uint32_t shallow_levels = 0;
-  bool onboard = false;     // match with MatchOptions::onboard: continue the prefix from disk
+  bool onboard = false;  // match with MatchOptions::onboard: continue the prefix from disk
+  // Non-empty: match with peer fetch (PeerFetchOptions), asking this host's kvpool-peer to
+  // fetch the rest of the prefix from the kvpool-peer at this address.
+  std::string peer_holder;
+  uint32_t peer_deadline_ms = 1000;
   int64_t corrupt_id = -1;  // test hook: flip a byte of the block filled for this trace id  //
                             // block priorities, see block_priority() in simulate.hpp
 };
