@@ -21,7 +21,9 @@ namespace {
 
 using unit::HeapRing;
 using unit::Rewrite;
+using unit::SideDataTally;
 using unit::stored;
+using unit::tally_side_data;
 using unit::tokens_of;
 
 // Appends one batch of `n` stored records, record i with tokens_of(base + i, per).
@@ -169,31 +171,13 @@ TEST(EventRingTokens, AConcurrentReaderGetsExactTokensOrNoneNeverOthers) {
     }
     done.store(true, std::memory_order_release);
   });
-  uint64_t exact = 0, none = 0, wrong = 0;
-  std::vector<uint32_t> got;
-  EventRecord rec{};
-  while (true) {
-    const auto o = reader.next(&rec);
-    if (o == EventRingReader::Outcome::kEmpty) {
-      if (done.load(std::memory_order_acquire) && reader.position() >= reader.published()) break;
-      continue;
-    }
-    if (o != EventRingReader::Outcome::kEvent) continue;
-    if (rec.event_id % 7 == 0) std::this_thread::yield();  // fall behind now and then
-    if (!reader.read_tokens(rec, &got)) {
-      ++none;
-      EXPECT_TRUE(got.empty());
-    } else if (got == tokens_of(static_cast<uint32_t>(rec.event_id), per_of(rec.event_id))) {
-      ++exact;
-    } else {
-      ++wrong;
-    }
-  }
+  const SideDataTally t = tally_side_data<std::vector<uint32_t>>(
+      reader, done,
+      [&](const EventRecord& r, std::vector<uint32_t>* got) { return reader.read_tokens(r, got); },
+      [&](uint64_t id) { return tokens_of(static_cast<uint32_t>(id), per_of(id)); });
   writer.join();
-  EXPECT_EQ(wrong, 0u);
-  EXPECT_GT(exact, 0u);
-  std::printf("exact %llu, none %llu\n", static_cast<unsigned long long>(exact),
-              static_cast<unsigned long long>(none));
+  EXPECT_EQ(t.wrong, 0u);
+  EXPECT_GT(t.exact, 0u);
 }
 
 TEST(EventRingTokens, ARegisterWithTokensReachesTheRingThroughTheDaemonsPublisher) {

@@ -8,8 +8,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvpool/core/hash.hpp"
@@ -53,6 +56,44 @@ inline shm::EventPayload stored(uint64_t seq) {
 inline std::vector<uint32_t> tokens_of(uint32_t base, uint32_t n) {
   std::vector<uint32_t> t(n);
   for (uint32_t i = 0; i < n; ++i) t[i] = base * 7919u + i * 0x9E3779B9u;
+  return t;
+}
+
+// What a reader racing a writer got as each record's side data (its token ids or its key):
+// exactly what was written for that record, nothing (its chunks were lapped first), or
+// anything else, which is the bug these tests look for.
+struct SideDataTally {
+  uint64_t exact = 0, none = 0, wrong = 0;
+};
+
+// Reads `reader` until the writer is `done` and everything published was read, yielding
+// now and then to fall behind. `read(rec, &got)` fetches a record's side data (false: none);
+// `expected(event_id)` is what was written for it.
+template <class Got, class Read, class Expected>
+SideDataTally tally_side_data(shm::EventRingReader& reader, const std::atomic<bool>& done,
+                              Read read, Expected expected) {
+  SideDataTally t;
+  Got got;
+  shm::EventRecord rec{};
+  while (true) {
+    const auto o = reader.next(&rec);
+    if (o == shm::EventRingReader::Outcome::kEmpty) {
+      if (done.load(std::memory_order_acquire) && reader.position() >= reader.published()) break;
+      continue;
+    }
+    if (o != shm::EventRingReader::Outcome::kEvent) continue;
+    if (rec.event_id % 7 == 0) std::this_thread::yield();  // fall behind now and then
+    if (!read(rec, &got)) {
+      ++t.none;
+      EXPECT_TRUE(got.empty());
+    } else if (got == expected(rec.event_id)) {
+      ++t.exact;
+    } else {
+      ++t.wrong;
+    }
+  }
+  std::printf("exact %llu, none %llu\n", static_cast<unsigned long long>(t.exact),
+              static_cast<unsigned long long>(t.none));
   return t;
 }
 
