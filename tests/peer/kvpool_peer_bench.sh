@@ -2,7 +2,10 @@
 # kvpool_peer_bench: the peer tier's fetch speed over a veth pair between two network
 # namespaces, against the link's own limits measured in the same run:
 #   iperf3 (TCP); ucx_perftest ucp_am_bw at the block size, once with UCX's defaults and once
-#   with the UCX settings kvpool-peer runs with (UCX_TCP_PUT_ENABLE=n, see docs/peers.md);
+#   with the UCX settings kvpool-peer runs with (UCX_TCP_PUT_ENABLE=n, see docs/peers.md),
+#   both with -E sleep: waiting for the network as kvpool-peer does (on epoll), not
+#   busy-polling, which on a machine of few shared cores starves the kernel's own network
+#   work and halves what perftest measures;
 #   kvpool-peer fetching 64-block prefixes (B's worker: local match, ask, transfer, verify,
 #   register, match), per block size.
 # Two kvpool figures per block size:
@@ -14,14 +17,17 @@
 #         the page faults of first touch are in the figure (docs/peers.md: what limits it).
 # usage: kvpool_peer_bench.sh BUILD_DIR [ROUNDS] [INNER_DIMS...]
 #   block bytes = 2 layers * 2 (K,V) * 16 tokens * inner_dim * 2 bytes (inner 2048: 256 KiB)
-# Prints one line per measurement; needs root (ip netns), iperf3 and ucx_perftest.
+# With each bandwidth, the CPU seconds both ends spent per GiB moved (user + system; on two
+# shared cores with both hosts on one machine, CPU per byte is what bounds the bandwidth).
+# Prints one line per measurement; needs root (ip netns), iperf3, ucx_perftest, /usr/bin/time.
 BUILD=$(cd "$1" && pwd)
 ROUNDS=${2:-5}
 shift 2 || true
 INNERS=("$@"); [ ${#INNERS[@]} -gt 0 ] || INNERS=(1024 2048 8192)
 BLOCKS_PER_POOL=$(( 64 * 4 ))
 source "$(dirname "$0")/netns_lib.sh"
-command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null || { echo "SKIP: iperf3/ucx_perftest"; exit 77; }
+command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null && [ -x /usr/bin/time ] ||
+  { echo "SKIP: iperf3/ucx_perftest//usr/bin/time"; exit 77; }
 
 listening() { ip netns exec "$1" ss -ltn | grep -q ":$2 "; }
 
@@ -36,15 +42,21 @@ gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | "$PY" -c \
   "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))")
 echo "iperf3 TCP B<-A: $gbps GB/s"
 
-# perftest BYTES PUT: ucx_perftest ucp_am_bw MB/s (2^20) of BYTES-sized messages, B -> A.
+# perftest BYTES PUT: "MB/s CPU-s-per-GiB" of ucx_perftest ucp_am_bw with 1 GiB of
+# BYTES-sized messages, B -> A (its MB is 2^20 bytes).
 perftest() {
-  ip netns exec "$NSA" env UCX_TCP_PUT_ENABLE="$2" ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
+  local n=$(( (1 << 30) / $1 ))
+  ip netns exec "$NSA" env UCX_TCP_PUT_ENABLE="$2" /usr/bin/time -f "%U %S" -o "$WORK/time-s" \
+    ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
   local sp=$!; PIDS+=($sp)
   wait_for 10 listening "$NSA" 13400 || fail "ucx_perftest server did not start"
-  ip netns exec "$NSB" env UCX_TCP_PUT_ENABLE="$2" \
-    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$1" -n 2000 -w 100 2>&1 | awk '/Final:/ {print $6}'
+  local mbs
+  mbs=$(ip netns exec "$NSB" env UCX_TCP_PUT_ENABLE="$2" /usr/bin/time -f "%U %S" -o "$WORK/time-c" \
+    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$1" -n "$n" -w 10 -E sleep 2>&1 | awk '/Final:/ {print $6}')
   wait "$sp" 2>/dev/null || true
+  echo "${mbs:-0} $(cat "$WORK/time-s" "$WORK/time-c" | awk '{s += $1 + $2} END {print s}')"
 }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime
 
 # fetch_ms SEED: B fetches A's 64-block prefix SEED; prints its elapsed ms.
 fetch_ms() {
@@ -71,21 +83,29 @@ for inner in "${INNERS[@]}"; do
   cold=()
   for r in 1 2 3; do cold+=("$(fetch_ms $(( 1000 + r )))"); done
   warm=()
+  cpu0=$(( $(cpu_ticks "$PEER_A") + $(cpu_ticks "$PEER_B") ))
   for r in $(seq 1 "$ROUNDS"); do warm+=("$(fetch_ms $(( 2000 + r )))"); done
-  "$PY" - "$bytes" "${perf_default:-0}" "${perf_peer:-0}" "$gbps" "${cold[*]}" "${warm[@]}" <<'PY'
+  cpu1=$(( $(cpu_ticks "$PEER_A") + $(cpu_ticks "$PEER_B") ))
+  "$PY" - "$bytes" "$perf_default" "$perf_peer" "$gbps" "$(( cpu1 - cpu0 ))" "$(getconf CLK_TCK)" \
+    "${cold[*]}" "${warm[@]}" <<'PY'
 import statistics, sys
 b = int(sys.argv[1]); iperf = float(sys.argv[4])
-perf_default, perf_peer = (float(x) * 2**20 / 1e9 for x in sys.argv[2:4])  # perftest's MB: 2^20 B
-cold = [float(x) for x in sys.argv[5].split()]; warm = [float(x) for x in sys.argv[6:]]
+(pd_mbs, pd_cpu), (pp_mbs, pp_cpu) = (map(float, x.split()) for x in sys.argv[2:4])
+perf_default, perf_peer = pd_mbs * 2**20 / 1e9, pp_mbs * 2**20 / 1e9  # perftest's MB: 2^20 B
+cold = [float(x) for x in sys.argv[7].split()]; warm = [float(x) for x in sys.argv[8:]]
+cpu_per_gib = int(sys.argv[5]) / int(sys.argv[6]) / (len(warm) * 64 * b / 2**30)
 gbs = lambda ms: 64 * b / (ms / 1e3) / 1e9
 med = statistics.median(warm)
 ratio = lambda x: f"{gbs(med) / x:.0%}" if x else "n/a"
 print(f"block {b//1024} KiB: kvpool-peer 64-block fetch, warm: median {med:.1f} ms (min {min(warm):.1f}, "
-      f"max {max(warm):.1f}, n={len(warm)}) = {gbs(med):.3f} GB/s; cold (first touch): median "
-      f"{statistics.median(cold):.1f} ms = {gbs(statistics.median(cold)):.3f} GB/s")
-print(f"block {b//1024} KiB: ucx_perftest ucp_am_bw {perf_default:.3f} GB/s (UCX defaults), "
-      f"{perf_peer:.3f} GB/s (UCX_TCP_PUT_ENABLE=n, as kvpool-peer); iperf3 {iperf:.3f} GB/s; "
-      f"kvpool warm / ucx_perftest: {ratio(perf_default)} (defaults), {ratio(perf_peer)} (as kvpool-peer)")
+      f"max {max(warm):.1f}, n={len(warm)}) = {gbs(med):.3f} GB/s, {cpu_per_gib:.2f} CPU-s/GiB "
+      f"(both kvpool-peers); cold (first touch): median {statistics.median(cold):.1f} ms = "
+      f"{gbs(statistics.median(cold)):.3f} GB/s")
+print(f"block {b//1024} KiB: ucx_perftest ucp_am_bw -E sleep {perf_default:.3f} GB/s, {pd_cpu:.2f} "
+      f"CPU-s/GiB (UCX defaults); {perf_peer:.3f} GB/s, {pp_cpu:.2f} CPU-s/GiB "
+      f"(UCX_TCP_PUT_ENABLE=n, as kvpool-peer); iperf3 {iperf:.3f} GB/s")
+print(f"block {b//1024} KiB: kvpool warm / ucx_perftest: {ratio(perf_default)} (defaults), "
+      f"{ratio(perf_peer)} (as kvpool-peer)")
 PY
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

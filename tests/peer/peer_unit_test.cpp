@@ -1,11 +1,17 @@
-// kvpool-peer's pieces that need no network: the cluster key's challenge-response and the
-// directory built from announcements and KV events (tools/kvpool-peer).
+// kvpool-peer's pieces that need no network: the cluster key's challenge-response, the
+// directory built from announcements and KV events, and the page map (tools/kvpool-peer).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "auth.hpp"
 #include "directory.hpp"
+#include "prefault.hpp"
 
 namespace kvpool::peer {
 namespace {
@@ -108,6 +114,53 @@ TEST(PeerDirectory, SilentPeersAreDropped) {
   d.expire();
   EXPECT_FALSE(d.holder_of(100, "B"));
   EXPECT_EQ(d.indexed(), 0u);
+}
+
+// Resident pages of [p, p + bytes) of a memfd mapping (mincore: a page of the file exists).
+size_t resident_pages(const std::byte* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v(bytes / page);
+  if (::mincore(const_cast<std::byte*>(p), bytes, v.data()) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+
+// A memfd has no pages until they are touched; populating a block creates (and maps) them.
+// The map populates each block once per use: a block whose pages were punched out after
+// its populate is not populated again (so a fetch does not walk mapped pages every time).
+TEST(PageMap, PopulatesEachBlockOnceForItsUse) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t block = 4 * page, blocks = 4;
+  const int fd = ::memfd_create("kvpool-pagemap-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(block * blocks)), 0);
+  void* m = ::mmap(nullptr, block * blocks, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* base = static_cast<std::byte*>(m);
+  auto run = [&](uint32_t b) { return ByteRun{base + b * block, block}; };
+  ASSERT_EQ(resident_pages(base, block * blocks), 0u);
+
+  PageMap map(blocks);
+  map.populate({1, 3}, {run(1), run(3)}, /*for_write=*/true);
+  if (resident_pages(base + block, block) == 0) GTEST_SKIP() << "no MADV_POPULATE (kernel < 5.14)";
+  EXPECT_EQ(resident_pages(base + block, block), 4u);
+  EXPECT_EQ(resident_pages(base + 3 * block, block), 4u);
+  EXPECT_EQ(resident_pages(base, block), 0u);
+  EXPECT_EQ(resident_pages(base + 2 * block, block), 0u);
+
+  // Block 1's pages go; the map remembers block 1 (for writing, which covers reading) and
+  // leaves it, while block 2 is new and is populated.
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, block, block), 0);
+  ASSERT_EQ(resident_pages(base + block, block), 0u);
+  map.populate({1, 2}, {run(1), run(2)}, /*for_write=*/false);
+  EXPECT_EQ(resident_pages(base + block, block), 0u);
+  EXPECT_EQ(resident_pages(base + 2 * block, block), 4u);
+  // Block ids past the map are left alone (not an error).
+  map.populate({7}, {run(0)}, /*for_write=*/true);
+  EXPECT_EQ(resident_pages(base, block), 0u);
+  ::munmap(m, block * blocks);
+  ::close(fd);
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include "directory.hpp"
 #include "kvpool/core/checksum.hpp"
-#include "prefault.hpp"
 #include "service.hpp"
 #include "service_state.hpp"
 
@@ -64,11 +63,15 @@ void Service::start_fetch(Waiter& w, const LocalRequestHeader& h, std::vector<ui
   f->blocks = std::move(*blocks);
   // The bytes land in these pages while UCX progresses: map them now, in one call, rather
   // than one fault per page inside the receive (prefault.hpp).
+  std::vector<uint32_t> ids;
   std::vector<ByteRun> runs;
   const uint64_t block_bytes = lp->layout->block_bytes();
   for (MutableBlock& b : f->blocks)
-    if (auto a = b.address(0, 0)) runs.push_back({*a, block_bytes});
-  populate_pages(std::move(runs), /*for_write=*/true);
+    if (auto a = b.address(0, 0)) {
+      ids.push_back(b.block_id());
+      runs.push_back({*a, block_bytes});
+    }
+  lp->pages.populate(ids, runs, /*for_write=*/true);
   if (h.has_parent) f->meta[0].parent_hash = h.parent, f->meta[0].has_parent = 1;
   auto conn = outbound(holder);
   if (!conn) {

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "kvpool/core/checksum.hpp"
-#include "prefault.hpp"
 #include "service.hpp"
 #include "service_state.hpp"
 
@@ -137,10 +136,14 @@ void Service::begin_serve(Conn& c, const FetchRequest& rq, uint32_t pool,
   serves_[s.id] = std::move(serve);
   // The checksum and the sends read every page of these blocks: map them in one call
   // (prefault.hpp).
+  std::vector<uint32_t> ids;
   std::vector<ByteRun> runs;
   for (const ImmutableBlock& b : s.pins)
-    if (auto a = b.address(0, 0)) runs.push_back({*a, s.bytes});
-  populate_pages(std::move(runs), /*for_write=*/false);
+    if (auto a = b.address(0, 0)) {
+      ids.push_back(b.block_id());
+      runs.push_back({*a, s.bytes});
+    }
+  pools_[pool].pages.populate(ids, runs, /*for_write=*/false);
   send_blocks(s);
   if (s.sending == 0) serve_done(s.id);
 }

@@ -32,4 +32,16 @@ void populate_pages(std::vector<ByteRun> runs, bool for_write) {
   if (end != 0) flush(begin, end);
 }
 
+void PageMap::populate(const std::vector<uint32_t>& ids, const std::vector<ByteRun>& runs,
+                       bool for_write) {
+  const uint8_t want = for_write ? kWrite : kRead;
+  std::vector<ByteRun> todo;
+  for (size_t i = 0; i < ids.size() && i < runs.size(); ++i) {
+    if (ids[i] >= state_.size() || state_[ids[i]] >= want) continue;
+    todo.push_back(runs[i]);
+    state_[ids[i]] = want;
+  }
+  if (!todo.empty()) populate_pages(std::move(todo), for_write);
+}
+
 }  // namespace kvpool::peer

@@ -130,6 +130,7 @@ Status Service::init_pools() {
     lp.pool.emplace(*pool);
     lp.layout.emplace(*Layout::create(pool->layout()));
     lp.fingerprint = layout_fingerprint(*pool);
+    lp.pages = PageMap(pool->layout().num_blocks);
     lp.exported =
         std::find(options_.exports.begin(), options_.exports.end(), name) != options_.exports.end();
     if (pool->is_device())

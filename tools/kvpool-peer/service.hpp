@@ -34,6 +34,7 @@
 #include "kvpool/shm/unix_socket.hpp"
 #include "options.hpp"
 #include "peer_metrics.hpp"
+#include "prefault.hpp"
 #include "wire.hpp"
 
 namespace kvpool::peer {
@@ -54,6 +55,7 @@ struct LocalPool {
   uint64_t fingerprint = 0;
   bool exported = false;
   std::string unusable;  // why blocks of it cannot travel ("": they can)
+  PageMap pages;         // its blocks this process has mapped (prefault.hpp)
 };
 
 // What a pool must share with a peer's for blocks to travel between them: the shape of
