@@ -159,7 +159,8 @@ Status Service::init_ucx() {
   // UCX 1.13's TCP PUT zcopy (the rendezvous it picks over TCP) aborted a holder with an
   // assertion (tcp_ep.c:939, PUT_TX_WAITING_ACK) that resumed from SIGSTOP after its fetcher
   // had closed the endpoint (1 of ~18 runs of peer_netns_sigstop). Without it, large blocks
-  // go by active-message rendezvous; kvpool_peer_bench measured no loss (docs/peers.md).
+  // go by active-message rendezvous, a copy more on the receiving side: ucx_perftest lost
+  // 15-18% of its bandwidth with it in kvpool_peer_bench (docs/peers.md).
   ::setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
