@@ -82,23 +82,32 @@ void check_host(const std::vector<TraceRequest>& reqs, const RunOptions& run, co
     r.violations.push_back(where + "free + inactive != total");
 }
 
-}  // namespace
-
-int replay_on_hosts(const std::vector<TraceRequest>& reqs, const TraceFigures& tf, RunOptions run,
-                    const HostsPlan& plan, nlohmann::json& out) {
+// Each host's kvpoolctl target and its pool before the run (the first host's first pool
+// when --pool is not given).
+Result<std::vector<Host>> open_hosts(RunOptions& run, const HostsPlan& plan) {
   std::vector<Host> hosts;
   for (const std::string& dir : run.host_dirs) {
     Host h{CtlTarget{plan.kvpoolctl, run.instance, dir}, {}};
     if (run.pool.empty()) {
       auto p = ctl_first_pool(h.ctl);
-      if (!p) return fail(p.status());
+      if (!p) return p.status();
       run.pool = *p;
     }
     auto before = ctl_status(h.ctl, run.pool);
-    if (!before) return fail(before.status());
+    if (!before) return before.status();
     h.before = *before;
     hosts.push_back(std::move(h));
   }
+  return hosts;
+}
+
+}  // namespace
+
+int replay_on_hosts(const std::vector<TraceRequest>& reqs, const TraceFigures& tf, RunOptions run,
+                    const HostsPlan& plan, nlohmann::json& out) {
+  auto opened = open_hosts(run, plan);
+  if (!opened) return fail(opened.status());
+  std::vector<Host>& hosts = *opened;
   auto sim = simulate_hosts(reqs, hosts, run);
   if (!sim) return fail(sim.status());
   const bool peers = !run.peer_holders.empty();
