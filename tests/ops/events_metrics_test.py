@@ -89,6 +89,7 @@ def metrics_move():
     page = scrape()
     for want in ('kvpool_events_info{kvpool_instance="' + d.instance + '",worker_id="7"} 1',
                  "kvpool_events_daemon_attached 1", "kvpool_events_token_ids_lost_total 0",
+                 "kvpool_events_keys_lost_total 0",
                  # No disk tier in this daemon: nothing on disk, nothing lost of it.
                  "kvpool_events_disk_blocks 0", "kvpool_events_disk_view_partial 0",
                  # The dashboard's job/instance pickers (label_values(kvpool_up, ...)).

@@ -133,6 +133,7 @@ void Forwarder::update_gauges() {
   gauges_.publish_errors.store(c.send_errors, r);
   gauges_.lost_events.store(stats_.lost_events, r);
   gauges_.tokens_lost.store(stats_.tokens_lost, r);
+  gauges_.keys_lost.store(stats_.keys_lost, r);
   gauges_.resyncs.store(stats_.resyncs, r);
   gauges_.attached.store(daemon_ ? 1 : 0, r);
   gauges_.nats_connected.store(output_->connected() ? 1 : 0, r);

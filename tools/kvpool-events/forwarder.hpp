@@ -47,6 +47,7 @@ struct ForwarderGauges {
   std::atomic<uint64_t> publish_errors{0};  // messages the transport refused (dropped)
   std::atomic<uint64_t> lost_events{0};     // records the ring overwrote before we read them
   std::atomic<uint64_t> tokens_lost{0};     // Stored records sent without their token ids
+  std::atomic<uint64_t> keys_lost{0};       // Stored records sent without their opaque key
   std::atomic<uint64_t> resyncs{0};
   std::atomic<uint64_t> lag{0};          // records published by kvpoold and not yet read by us
   std::atomic<uint64_t> disk_blocks{0};  // disk-tier blocks a resync would announce

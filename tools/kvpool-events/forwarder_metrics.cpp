@@ -43,6 +43,10 @@ std::string forwarder_metrics_text(const Forwarder& f, const ForwarderOptions& o
                      "Stored events sent with empty token_ids although the client sent them "
                      "(their token ids were overwritten before the forwarder read them).",
                      g.tokens_lost.load(r)));
+  fams.push_back(one("kvpool_events_keys_lost_total", "counter",
+                     "Stored events of keyed (BatchStore) blocks whose key was overwritten before "
+                     "the forwarder read it: sent by index hash (--vllm-block-hashes key).",
+                     g.keys_lost.load(r)));
   fams.push_back(one("kvpool_events_resyncs_total", "counter",
                      "Resyncs: cleared + the whole registry (start, gaps, router requests).",
                      g.resyncs.load(r)));
