@@ -461,6 +461,22 @@ TEST_F(VllmEvents, BatchStoreKeysReachTheSubscriberAsBytesInStoredAndRemoved) {
         EXPECT_EQ(e["medium"], "CPU");
       }
 
+  // kvpoolctl events --json shows the same keys (hex: JSON has no bytes).
+  {
+    auto [st, out] = daemon_->run_ctl({"events", "--json"});
+    ASSERT_TRUE(st.exited() && st.code() == 0) << st.describe();
+    std::set<std::string> shown;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line);
+      if (e["type"] == "stored" && e.contains("key_hex")) shown.insert(e["key_hex"]);
+    }
+    EXPECT_EQ(shown, (std::set<std::string>{hex(namespaced("vllm", keys[0])),
+                                            hex(namespaced("vllm", keys[1])),
+                                            hex(namespaced("vllm", keys[2]))}))
+        << out;
+  }
+
   // 2. A delete: BlockRemoved names the key's bytes.
   run(BatchOp::kDelete, {keys[1]}, false);
   b = wait_batches([&](auto& b) { return removed_names(b).size() == 1; }, "the delete's Removed");

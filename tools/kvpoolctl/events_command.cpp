@@ -52,12 +52,26 @@ std::string pool_name(const ctl::ControlView& v, uint32_t index) {
   return k >= 0 ? v.pools[static_cast<size_t>(k)].name() : "#" + std::to_string(index);
 }
 
+std::string hex_of(const std::vector<std::byte>& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (std::byte b : bytes) {
+    out.push_back(kDigits[std::to_integer<unsigned>(b) >> 4]);
+    out.push_back(kDigits[std::to_integer<unsigned>(b) & 15]);
+  }
+  return out;
+}
+
 void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
                  const shm::EventRecord& r, bool json) {
   const shm::EventPayload& p = r.payload;
   // A client's send_tokens: the block's token ids, if the ring still holds them.
   std::vector<uint32_t> tokens;
   if (r.has_tokens()) ring.read_tokens(r, &tokens);
+  // A BatchStore block's namespaced key (opaque bytes), if the ring still holds it.
+  std::vector<std::byte> key;
+  const bool key_read = r.has_key() && ring.read_key(r, &key);
   const std::string pool = pool_name(v, p.pool);
   if (json) {
     nlohmann::json j{{"event_id", r.event_id},
@@ -81,6 +95,9 @@ void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
       j["batch_id"] = p.batch_id;
       j["batch_size"] = p.batch_size;
       j["token_ids"] = tokens;
+      // Hex: the key is bytes, which JSON has no type for. null: it had one, overwritten since.
+      if (r.has_key())
+        j["key_hex"] = key_read ? nlohmann::json(hex_of(key)) : nlohmann::json(nullptr);
     }
     std::cout << j.dump() << "\n";
     return;
@@ -102,6 +119,9 @@ void print_event(const ctl::ControlView& v, const shm::PoolEventRings& ring,
       if (!tokens.empty())
         std::snprintf(line + std::strlen(line), sizeof(line) - std::strlen(line), " tokens=%zu",
                       tokens.size());
+      if (key_read)
+        std::snprintf(line + std::strlen(line), sizeof(line) - std::strlen(line), " key=%zu bytes",
+                      key.size());
       break;
     case shm::EventType::kRemoved:
       std::snprintf(line, sizeof(line), "%" PRIu64 " removed pool=%s seq=%" PRIu64, r.event_id,
