@@ -470,7 +470,9 @@ TEST_F(DiskEventsNats, AForwarderThatMissedTheStartTellsOnlyBlocksStillOnDisk) {
         return "told " + std::to_string(told_now) + ", kvpool_events_disk_blocks " +
                std::to_string(gauge);
       });
-  for (uint64_t h : view_of(inbox_.events()).held["disk"])
+  // A named view: a range-for over a member of a temporary would read freed memory.
+  TierView final_view = view_of(inbox_.events());
+  for (uint64_t h : final_view.held["disk"])
     EXPECT_TRUE(on_disk.count(h)) << h << " told but not on disk";
 }
 
