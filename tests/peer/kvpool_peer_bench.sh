@@ -19,11 +19,15 @@
 #   block bytes = 2 layers * 2 (K,V) * 16 tokens * inner_dim * 2 bytes (inner 2048: 256 KiB)
 # With each bandwidth, the CPU seconds both ends spent per GiB moved (user + system; on two
 # shared cores with both hosts on one machine, CPU per byte is what bounds the bandwidth).
+# CHECKSUM=y (the default) registers A's blocks with their checksums (RegisterOptions::
+# checksum), which the holder then sends instead of hashing the blocks again; CHECKSUM=n
+# registers them without, and the holder hashes each block it serves.
 # Prints one line per measurement; needs root (ip netns), iperf3, ucx_perftest, /usr/bin/time.
 BUILD=$(cd "$1" && pwd)
 ROUNDS=${2:-5}
 shift 2 || true
 INNERS=("$@"); [ ${#INNERS[@]} -gt 0 ] || INNERS=(1024 2048 8192)
+REGISTER_ARGS=(); [ "${CHECKSUM:-y}" = y ] && REGISTER_ARGS=(--checksum)
 BLOCKS_PER_POOL=$(( 64 * 4 ))
 source "$(dirname "$0")/netns_lib.sh"
 command -v iperf3 >/dev/null && command -v ucx_perftest >/dev/null && [ -x /usr/bin/time ] ||
@@ -33,6 +37,7 @@ listening() { ip netns exec "$1" ss -ltn | grep -q ":$2 "; }
 
 make_hosts
 echo "link: veth pair between two network namespaces, UCX_TLS=$UCX_TLS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "build: $BUILD; A registers its blocks with checksums (CHECKSUM): ${CHECKSUM:-y}"
 
 ip netns exec "$NSA" iperf3 -s -B "$IPA" -p 5201 -1 > "$WORK/iperf-s.log" 2>&1 &
 PIDS+=($!)
@@ -60,7 +65,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime
 
 # fetch_ms SEED: B fetches A's 64-block prefix SEED; prints its elapsed ms.
 fetch_ms() {
-  worker "$NSA" A register --blocks 64 --seed "$1" >/dev/null
+  worker "$NSA" A register --blocks 64 --seed "$1" "${REGISTER_ARGS[@]}" >/dev/null
   local res got
   res=$(worker "$NSB" B match --blocks 64 --seed "$1" --deadline-ms 20000 --holder "$IPA:$PORT")
   got=$("$PY" -c "import json,sys; j=json.loads(sys.argv[1]); print(j['got'] if j['bytes_ok'] else -1)" "$res")

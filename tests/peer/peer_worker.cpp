@@ -1,11 +1,16 @@
 // A worker for the peer-tier tests and benchmark: registers a prefix with known bytes on one
 // host, or matches it (with PeerFetchOptions) on another and checks every byte it got.
 //
-//   peer_worker register --runtime-dir D --pool P --blocks N --seed S
+//   peer_worker register --runtime-dir D --pool P --blocks N --seed S [--checksum]
+//                        [--corrupt I]
 //   peer_worker match    --runtime-dir D --pool P --blocks N --seed S --deadline-ms T
 //                        [--holder host:port] [--async] [--repeat R] [--local]
 // match prints one JSON line: {"asked":N,"got":K,"elapsed_ms":..,"bytes_ok":true}; exit 0
 // when every block it got holds the bytes A registered (1: a wrong byte, 2: an error).
+// register --checksum registers each block with its checksum (RegisterOptions::checksum);
+// --corrupt I then changes a byte of block I through this worker's read-write mapping of
+// the pool, as a buggy or hostile client could after registering: the pool keeps serving
+// it (nothing hashes it until a check), but its bytes no longer match its checksum.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -67,6 +72,10 @@ int main(int argc, char** argv) {
   };
   auto* reg = app.add_subcommand("register");
   add_common(reg);
+  bool with_checksum = false;
+  int64_t corrupt = -1;
+  reg->add_flag("--checksum", with_checksum, "register each block with its checksum");
+  reg->add_option("--corrupt", corrupt, "after register, change a byte of this block");
   auto* match = app.add_subcommand("match");
   add_common(match);
   match->add_option("--deadline-ms", deadline_ms);
@@ -101,18 +110,35 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::optional<kvpool::SequenceHash> parent;
+    std::byte* corrupt_at = nullptr;  // the read-write address, kept past the register
+    uint32_t corrupt_id = 0;
     for (uint32_t i = 0; i < blocks; ++i) {
       auto& b = (*mb)[i];
       fill(*b.address(0, 0), bytes, seed, i);
+      if (corrupt == static_cast<int64_t>(i)) {
+        corrupt_at = *b.address(0, 0);
+        corrupt_id = b.block_id();
+      }
       if (!b.init_sequence(kSalt, parent).is_ok() || !b.add_tokens(tokens_of(seed, i, page)) ||
           !b.commit().is_ok())
         return 2;
       parent = *b.sequence_hash();
     }
-    auto imm = pool->register_blocks(std::move(*mb));
+    kvpool::RegisterOptions ro;
+    ro.checksum = with_checksum;
+    auto imm = pool->register_blocks(std::move(*mb), ro);
     if (!imm) {
       std::fprintf(stderr, "register: %s\n", imm.status().to_string().c_str());
       return 2;
+    }
+    if (corrupt_at != nullptr) {
+      // Deduplicated onto a block registered before: ours went back, and is not the one served.
+      if ((*imm)[static_cast<size_t>(corrupt)].block_id() != corrupt_id) {
+        std::fprintf(stderr, "register: block %lld was deduplicated: pick a fresh seed\n",
+                     static_cast<long long>(corrupt));
+        return 2;
+      }
+      corrupt_at[bytes / 2] ^= std::byte{0x5a};
     }
     std::printf("{\"registered\":%zu}\n", imm->size());
     return 0;
