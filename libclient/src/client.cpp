@@ -75,6 +75,10 @@ class PoolAccess {
     return MutableBlock(std::move(c), pool, incarnation, ref.id, ref.generation, page);
   }
   static ImmutableBlock make_immutable(detail::ImmutableEntry* e) { return ImmutableBlock(e); }
+  static Result<uint64_t> registered_checksum(const ImmutableBlock& b) {
+    const detail::ImmutableSlab* slab = detail::ImmutableSlab::of(b.entry_);
+    return slab->client->registered_checksum(slab->pool, slab->incarnation, b.entry_->ref);
+  }
 };
 
 namespace {
@@ -426,6 +430,14 @@ Status Pool::check_blocks(std::span<const ImmutableBlock> blocks) {
                       "evicted it; drop it and recompute its KV");
   }
   return Status::ok();
+}
+
+Result<uint64_t> Pool::registered_checksum(const ImmutableBlock& block) const {
+  if (!block.valid() || block.pool_index() != index_)
+    return Status(ErrorCode::kInvalidArgument,
+                  "block " + std::to_string(block.block_id()) + " is not a held block of pool '" +
+                      name() + "'");
+  return PoolAccess::registered_checksum(block);
 }
 
 Result<ScrubStep> Pool::scrub_step(uint32_t start_block, uint64_t byte_budget) {

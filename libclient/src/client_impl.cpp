@@ -124,6 +124,15 @@ Result<std::byte*> ClientImpl::address(uint32_t pool, uint32_t incarnation, pool
   return *b + *off;
 }
 
+Result<uint64_t> ClientImpl::registered_checksum(uint32_t pool, uint32_t incarnation,
+                                                 pool::BlockRef ref) const {
+  KVPOOL_RETURN_IF_ERROR(check_handle(pool, incarnation, ref));
+  // The current daemon's arena, not the one the pool's memory was mapped from: a block
+  // registered after a restart that kept the pool is known only to the new daemon, which
+  // took over the kept blocks' checksums when it adopted them (pool_adopt.cpp).
+  return conn().checksum(pool, ref.id);
+}
+
 // ---- what this client holds -----------------------------------------------------------
 
 // One daemon reference per block, however many handles: an engine with many sequences on

@@ -119,6 +119,10 @@ class ClientImpl {
   // reattach did not keep it.
   Result<std::byte*> address(uint32_t pool, uint32_t incarnation, pool::BlockRef ref,
                              uint32_t layer, uint32_t outer, bool readonly = false) const;
+  // The checksum a held block `ref` was registered with (Pool::registered_checksum); an
+  // error when a reattach did not keep it.
+  Result<uint64_t> registered_checksum(uint32_t pool, uint32_t incarnation,
+                                       pool::BlockRef ref) const;
 
  private:
   Result<Connection*> usable();

@@ -92,6 +92,10 @@ class Connection : private shm::LeaseWork {
   pool::PoolCounts counts(uint32_t pool) const {
     return channel_->control_reader().arena(pool).counts();
   }
+  // The checksum block `id` of pool `pool` was registered with (pool::ArenaView::checksum).
+  uint64_t checksum(uint32_t pool, uint32_t id) const {
+    return channel_->control_reader().arena(pool).checksum(id);
+  }
   // The daemon died, stopped, or cut us off.
   bool gone() const { return channel_->gone(); }
 

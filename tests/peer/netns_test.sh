@@ -10,6 +10,9 @@
 #   linkdown   the link goes down mid-transfer
 #   discovery  no holder named: B finds A through NATS (kvpool-events + announcements);
 #              A gone silent is dropped, after which B no longer asks it
+#   corrupt    a block whose bytes changed in A's pool after it was registered with its
+#              checksum: A sends the registered checksum, B refuses the block and what
+#              follows it, registers only the intact prefix before it
 #   disk       the disk tier (docs/disk-tier.md) on both sides: A serves blocks that left
 #              its host memory for its disk (onboarding them first); B's own disk tier is
 #              looked at before any peer is asked
@@ -175,6 +178,31 @@ kill9|sigstop|linkdown)
   wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   wait_for 15 peers_equal B "j['fetches_in_flight']" 0 || fail "B's fetch never ended"
   "$BUILD/tools/kvpoolctl/kvpoolctl" peers --runtime-dir "$WORK/B"
+  ;;
+corrupt)
+  start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"
+  # Block 5 changes in A's memory after A registered it with its checksum. A serves blocks
+  # with the checksum they were registered with (it does not hash them again), so the
+  # change is caught by B's check of what arrived.
+  worker "$NSA" A register --blocks 8 --seed 7 --checksum --corrupt 5 >/dev/null
+  # (|| true: a worker that got a wrong byte exits 1; the checks below say what it got.)
+  r=$(worker "$NSB" B match --blocks 8 --seed 7 --deadline-ms 5000 --holder "$IPA:$PORT") || true
+  echo "block 5 changed on A: $r"
+  [ "$(field "$r" got)" = 5 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "corrupt: $r"
+  [ "$(jget peers_json "j['peers']['A']['failures']['checksum']" B)" = 1 ] \
+    || fail "B did not count the bad block: $(peers_json B)"
+  # Only the intact prefix is registered on B: a plain local match finds 5.
+  r=$(worker "$NSB" B match --local --blocks 8 --seed 7)
+  [ "$(field "$r" got)" = 5 ] || fail "B registered more than the intact prefix: $r"
+  # An intact prefix registered with checksums arrives whole (the registered checksums
+  # are the bytes' own).
+  worker "$NSA" A register --blocks 8 --seed 8 --checksum >/dev/null
+  r=$(worker "$NSB" B match --blocks 8 --seed 8 --deadline-ms 5000 --holder "$IPA:$PORT")
+  echo "registered with checksums, intact: $r"
+  [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "intact: $r"
+  wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
+  wait_for 15 peers_equal A "j['blocks_pinned_for_peers']" 0 || fail "A's kvpool-peer pins"
+  wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"
   ;;
 disk)
   start_peer "$NSA" A "$IPA"; start_peer "$NSB" B "$IPB"

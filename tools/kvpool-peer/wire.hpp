@@ -95,7 +95,9 @@ struct BlockHeader {
   uint64_t sequence_hash;
   uint64_t block_hash;
   uint64_t parent_hash;
-  uint64_t checksum;  // block_checksum of the bytes, computed by the holder while pinned
+  // block_checksum of the bytes: the one the block was registered with, or (registered
+  // without one) computed by the holder while pinned
+  uint64_t checksum;
   uint64_t reserved;  // 0
 };
 

@@ -214,6 +214,12 @@ class Pool {
   // 64 KiB: 64 KiB) but at least one block, and evicts those that fail. Loop from 0 until
   // next_block == layout().num_blocks (`kvpoolctl scrub` does).
   Result<ScrubStep> scrub_step(uint32_t start_block, uint64_t byte_budget = 0);
+  // The checksum `block` (held by this client, of this pool) was registered with: what its
+  // bytes hashed to then (block_checksum), or 0 when it was registered without one. Read
+  // from kvpoold's control segment, no request and no hashing: a copy of the bytes made
+  // elsewhere is checked against it (kvpool-peer sends it with a block it serves).
+  // kInvalidArgument: not a block of this pool; kInvalidHandle: a restart did not keep it.
+  Result<uint64_t> registered_checksum(const ImmutableBlock& block) const;
 
   // Blocks by state, read from the daemon's control segment (no request; a moment old).
   BlockCounts counts() const;

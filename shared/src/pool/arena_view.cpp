@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kvpool/core/checksum.hpp"
+
 namespace kvpool::pool {
 
 Result<ArenaView> ArenaView::attach(const void* memory, size_t bytes, std::string name) {
@@ -12,6 +14,8 @@ Result<ArenaView> ArenaView::attach(const void* memory, size_t bytes, std::strin
   v.header_ = static_cast<const ArenaHeader*>(memory);
   v.owners_ = reinterpret_cast<const OwnerRecord*>(static_cast<const char*>(memory) +
                                                    v.header_->off_owners);
+  v.checksums_ = reinterpret_cast<const uint64_t*>(static_cast<const char*>(memory) +
+                                                   v.header_->off_checksums);
   v.bytes_ = bytes;
   v.name_ = std::move(name);
   return v;
@@ -36,6 +40,13 @@ OwnerHoldings ArenaView::holdings(uint32_t owner) const {
   h.held_blocks = __atomic_load_n(&o.hold_entries, __ATOMIC_RELAXED);
   h.held_refs = __atomic_load_n(&o.hold_refs, __ATOMIC_RELAXED);
   return h;
+}
+
+uint64_t ArenaView::checksum(uint32_t id) const {
+  if (id >= header_->num_blocks) return kNoChecksum;
+  // Relaxed: the reader's reference to the block came in an answer the writer released
+  // after it stored the checksum (the ring's release/acquire orders the two).
+  return __atomic_load_n(&checksums_[id], __ATOMIC_RELAXED);
 }
 
 bool ArenaView::copy_to(void* out) const {

@@ -43,6 +43,11 @@ class ArenaView {
   PoolCounts counts() const;
   // Zero for an owner index beyond max_owners.
   OwnerHoldings holdings(uint32_t owner) const;
+  // The checksum block `id` was registered with (kNoChecksum: none, or `id` out of range),
+  // loaded whole. It means something only to a reader that holds the block (a reference):
+  // the writer sets it before the register's answer and changes it only when the block is
+  // allocated again, which a held block is not.
+  uint64_t checksum(uint32_t id) const;
 
   // The one seqlock snapshot of the arena: copies all bytes() of it to `out` (64-byte
   // aligned, bytes() long) and returns true when the writer changed nothing meanwhile (its
@@ -53,6 +58,7 @@ class ArenaView {
  private:
   const ArenaHeader* header_ = nullptr;
   const OwnerRecord* owners_ = nullptr;
+  const uint64_t* checksums_ = nullptr;
   size_t bytes_ = 0;
   std::string name_;
 };
