@@ -257,6 +257,11 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
   std::vector<SequenceHash> hashes(blocks.size());
   auto base = checksum_base(c, pool, pool_name, options);
   Status bad = base.status();
+  const bool known = options.checksum && !options.checksums.empty();
+  if (bad.is_ok() && known && options.checksums.size() != blocks.size())
+    bad = Status(ErrorCode::kInvalidArgument,
+                 std::to_string(options.checksums.size()) + " known checksums for " +
+                     std::to_string(blocks.size()) + " blocks (RegisterOptions::checksums)");
   for (size_t i = 0; i < blocks.size() && bad.is_ok(); ++i) {
     const MutableBlock& b = blocks[i];
     bad = check_register_block(c, pool, pool_name, i, b);
@@ -270,7 +275,9 @@ RegisterCall send_register(const std::shared_ptr<ClientImpl>& c, uint32_t pool,
                                   b.priority(),
                                   parent ? 1u : 0u,
                                   kNoChecksum};
-    if (*base != nullptr)
+    if (known)
+      items[i].checksum = options.checksums[i];
+    else if (*base != nullptr)
       items[i].checksum = block_checksum(*base, c->conn().pools()[pool].layout, b.block_id());
     hashes[i] = seq;
   }

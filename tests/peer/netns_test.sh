@@ -12,7 +12,8 @@
 #              A gone silent is dropped, after which B no longer asks it
 #   corrupt    a block whose bytes changed in A's pool after it was registered with its
 #              checksum: A sends the registered checksum, B refuses the block and what
-#              follows it, registers only the intact prefix before it
+#              follows it, registers only the intact prefix before it (with the checksums
+#              it checked, so B's kvpoold can scrub them)
 #   disk       the disk tier (docs/disk-tier.md) on both sides: A serves blocks that left
 #              its host memory for its disk (onboarding them first); B's own disk tier is
 #              looked at before any peer is asked
@@ -200,6 +201,13 @@ corrupt)
   r=$(worker "$NSB" B match --blocks 8 --seed 8 --deadline-ms 5000 --holder "$IPA:$PORT")
   echo "registered with checksums, intact: $r"
   [ "$(field "$r" got)" = 8 ] && [ "$(field "$r" bytes_ok)" = True ] || fail "intact: $r"
+  # B registered what arrived with the checksums it checked the bytes against: B's
+  # kvpoold can check them too (5 blocks of seed 7, 8 of seed 8), and they match.
+  s=$("$BUILD/tools/kvpoolctl/kvpoolctl" scrub --runtime-dir "$WORK/B" --json)
+  echo "B's scrub: $s"
+  [ "$("$PY" -c "import json,sys; p=json.loads(sys.argv[1])['pools'][0]; \
+print(p['checked'], p['without_checksum'], p['mismatches'])" "$s")" = "13 0 0" ] \
+    || fail "B's fetched blocks were not registered with their checksums: $s"
   wait_for 15 a_pins_nothing || fail "A still pins blocks: $(status_json A)"
   wait_for 15 peers_equal A "j['blocks_pinned_for_peers']" 0 || fail "A's kvpool-peer pins"
   wait_for 15 b_holds_nothing || fail "B leaked blocks: $(status_json B)"

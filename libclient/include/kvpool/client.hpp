@@ -112,6 +112,12 @@ struct RegisterOptions {
   // request ring and in the event ring's token area; off, events carry empty token_ids.
   // A block deduplicated onto an existing one stores nothing, so its tokens go nowhere.
   bool send_tokens = false;
+  // With `checksum`: the blocks' checksums already known (one per block, in order, each
+  // block_checksum of its bytes as they are now), sent instead of hashing the blocks again:
+  // for copies whose bytes were checked against them as they arrived (kvpool-peer). A
+  // wrong one only makes kvpoold evict the block at its next check. Empty: hashed here.
+  // Read during the call (the async form too, before it returns).
+  std::span<const uint64_t> checksums;
 };
 
 // What kvpoold found when it hashed a block (Pool::verify_blocks).
