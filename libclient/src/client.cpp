@@ -441,9 +441,8 @@ Status Pool::check_blocks(std::span<const ImmutableBlock> blocks) {
 
 Result<uint64_t> Pool::registered_checksum(const ImmutableBlock& block) const {
   if (!block.valid() || block.pool_index() != index_)
-    return Status(ErrorCode::kInvalidArgument,
-                  "block " + std::to_string(block.block_id()) + " is not a held block of pool '" +
-                      name() + "'");
+    return Status(ErrorCode::kInvalidArgument, "block " + std::to_string(block.block_id()) +
+                                                   " is not a held block of pool '" + name() + "'");
   return PoolAccess::registered_checksum(block);
 }
 

@@ -13,6 +13,7 @@
 
 #include "client_helpers.hpp"
 #include "harness.hpp"
+#include "kvpool/core/checksum.hpp"
 
 namespace kvpool::mptest {
 namespace {
@@ -205,6 +206,55 @@ TEST(Checksum, OnlyTheDaemonDecidesAndOnlyForBlocksTheCallerHolds) {
   EXPECT_EQ(s.code, ErrorCode::kProtocolError) << s.message;
   EXPECT_EQ(stat_of(v.pool().stats().checksum_verified), 0u);
   EXPECT_EQ(state_of(v, ref.id), code(BlockStateCode::kActive));
+}
+
+// What kvpool-peer relies on: a held block's registered checksum can be read without a
+// request (Pool::registered_checksum) and is the hash of the bytes registered; checksums
+// known already (RegisterOptions::checksums) are stored as given, and kvpoold still judges
+// them by hashing the bytes itself.
+TEST(Checksum, RegisteredChecksumsAreReadBackAndKnownOnesStoredAsGiven) {
+  DaemonProcess d = checksum_daemon();
+  d.start();
+  Client c = connect_client(d);
+  Pool p = pool_of(c);
+  const auto layout = *Layout::create(p.layout());
+  // The hash of a block's bytes as this process sees them.
+  auto hash_of = [&](auto& b) {
+    const std::byte* base = *b.address(0, 0) - layout.offset_unchecked(b.block_id(), 0, 0);
+    return block_checksum(base, layout, b.block_id());
+  };
+  auto hashed = p.register_blocks(filled(p, 2, 100), RegisterOptions{.checksum = true});
+  ASSERT_TRUE(hashed.is_ok()) << hashed.status().to_string();
+  for (const ImmutableBlock& b : *hashed) {
+    auto sum = p.registered_checksum(b);
+    ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
+    EXPECT_NE(*sum, kNoChecksum);
+    EXPECT_EQ(*sum, hash_of(b));
+  }
+  auto plain = p.register_blocks(filled(p, 1, 200));
+  ASSERT_TRUE(plain.is_ok());
+  auto none = p.registered_checksum((*plain)[0]);
+  ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+  EXPECT_EQ(*none, kNoChecksum);
+  EXPECT_EQ(p.registered_checksum(ImmutableBlock()).status().code(), ErrorCode::kInvalidArgument);
+
+  // Known checksums: the right one for block 0, a wrong one for block 1.
+  auto fresh = filled(p, 2, 300);
+  const std::vector<uint64_t> known{hash_of(fresh[0]), hash_of(fresh[1]) ^ 1};
+  auto one_short = p.register_blocks(
+      filled(p, 2, 400), RegisterOptions{.checksum = true, .checksums = {known.data(), 1}});
+  EXPECT_EQ(one_short.status().code(), ErrorCode::kInvalidArgument);
+  auto given =
+      p.register_blocks(std::move(fresh), RegisterOptions{.checksum = true, .checksums = known});
+  ASSERT_TRUE(given.is_ok()) << given.status().to_string();
+  for (size_t i = 0; i < 2; ++i) {
+    auto sum = p.registered_checksum((*given)[i]);
+    ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
+    EXPECT_EQ(*sum, known[i]);
+  }
+  auto judged = p.verify_blocks(*given);
+  ASSERT_TRUE(judged.is_ok()) << judged.status().to_string();
+  EXPECT_EQ(*judged, (std::vector<ChecksumResult>{ChecksumResult::kOk, ChecksumResult::kMismatch}));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # kvpool_peer_bench: the peer tier's fetch speed over a veth pair between two network
 # namespaces, against the link's own limits measured in the same run:
 #   iperf3 (TCP); ucx_perftest ucp_am_bw at the block size, once with UCX's defaults and once
-#   with the UCX settings kvpool-peer runs with (UCX_TCP_PUT_ENABLE=n, see docs/peers.md),
+#   with the UCX settings kvpool-peer runs with (PEER_UCX below, see docs/peers.md),
 #   both with -E sleep: waiting for the network as kvpool-peer does (on epoll), not
 #   busy-polling, which on a machine of few shared cores starves the kernel's own network
 #   work and halves what perftest measures;
@@ -47,17 +47,20 @@ gbps=$(ip netns exec "$NSB" iperf3 -c "$IPA" -p 5201 -t 5 -J | "$PY" -c \
   "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))")
 echo "iperf3 TCP B<-A: $gbps GB/s"
 
-# perftest BYTES PUT: "MB/s CPU-s-per-GiB" of ucx_perftest ucp_am_bw with 1 GiB of
+# The UCX defaults kvpool-peer changes (Service::init_ucx), for the second perftest.
+PEER_UCX=(UCX_TCP_PUT_ENABLE=n UCX_TCP_RX_SEG_SIZE=512K)
+# perftest BYTES [VAR=VALUE...]: "MB/s CPU-s-per-GiB" of ucx_perftest ucp_am_bw with 1 GiB of
 # BYTES-sized messages, B -> A (its MB is 2^20 bytes).
 perftest() {
   local n=$(( (1 << 30) / $1 ))
-  ip netns exec "$NSA" env UCX_TCP_PUT_ENABLE="$2" /usr/bin/time -f "%U %S" -o "$WORK/time-s" \
+  local bytes=$1; shift
+  ip netns exec "$NSA" env "$@" /usr/bin/time -f "%U %S" -o "$WORK/time-s" \
     ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
   local sp=$!; PIDS+=($sp)
   wait_for 10 listening "$NSA" 13400 || fail "ucx_perftest server did not start"
   local mbs
-  mbs=$(ip netns exec "$NSB" env UCX_TCP_PUT_ENABLE="$2" /usr/bin/time -f "%U %S" -o "$WORK/time-c" \
-    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$1" -n "$n" -w 10 -E sleep 2>&1 | awk '/Final:/ {print $6}')
+  mbs=$(ip netns exec "$NSB" env "$@" /usr/bin/time -f "%U %S" -o "$WORK/time-c" \
+    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$bytes" -n "$n" -w 10 -E sleep 2>&1 | awk '/Final:/ {print $6}')
   wait "$sp" 2>/dev/null || true
   echo "${mbs:-0} $(cat "$WORK/time-s" "$WORK/time-c" | awk '{s += $1 + $2} END {print s}')"
 }
@@ -75,8 +78,8 @@ fetch_ms() {
 
 for inner in "${INNERS[@]}"; do
   bytes=$(( 2 * 2 * 16 * inner * 2 ))
-  perf_default=$(perftest "$bytes" y)
-  perf_peer=$(perftest "$bytes" n)
+  perf_default=$(perftest "$bytes")
+  perf_peer=$(perftest "$bytes" "${PEER_UCX[@]}")
   INNER=$inner
   for h in A B; do
     [ -n "$(eval echo \${KVPOOLD_$h:-})" ] && { kill "$(eval echo \$KVPOOLD_$h)" "$(eval echo \$PEER_$h)"; wait "$(eval echo \$KVPOOLD_$h)" "$(eval echo \$PEER_$h)" 2>/dev/null || true; }
@@ -91,9 +94,9 @@ for inner in "${INNERS[@]}"; do
   cpu0=$(( $(cpu_ticks "$PEER_A") + $(cpu_ticks "$PEER_B") ))
   for r in $(seq 1 "$ROUNDS"); do warm+=("$(fetch_ms $(( 2000 + r )))"); done
   cpu1=$(( $(cpu_ticks "$PEER_A") + $(cpu_ticks "$PEER_B") ))
-  "$PY" - "$bytes" "$perf_default" "$perf_peer" "$gbps" "$(( cpu1 - cpu0 ))" "$(getconf CLK_TCK)" \
+  PEER_UCX_TEXT="${PEER_UCX[*]}" "$PY" - "$bytes" "$perf_default" "$perf_peer" "$gbps" "$(( cpu1 - cpu0 ))" "$(getconf CLK_TCK)" \
     "${cold[*]}" "${warm[@]}" <<'PY'
-import statistics, sys
+import os, statistics, sys
 b = int(sys.argv[1]); iperf = float(sys.argv[4])
 (pd_mbs, pd_cpu), (pp_mbs, pp_cpu) = (map(float, x.split()) for x in sys.argv[2:4])
 perf_default, perf_peer = pd_mbs * 2**20 / 1e9, pp_mbs * 2**20 / 1e9  # perftest's MB: 2^20 B
@@ -108,7 +111,7 @@ print(f"block {b//1024} KiB: kvpool-peer 64-block fetch, warm: median {med:.1f} 
       f"{gbs(statistics.median(cold)):.3f} GB/s")
 print(f"block {b//1024} KiB: ucx_perftest ucp_am_bw -E sleep {perf_default:.3f} GB/s, {pd_cpu:.2f} "
       f"CPU-s/GiB (UCX defaults); {perf_peer:.3f} GB/s, {pp_cpu:.2f} CPU-s/GiB "
-      f"(UCX_TCP_PUT_ENABLE=n, as kvpool-peer); iperf3 {iperf:.3f} GB/s")
+      f"({os.environ['PEER_UCX_TEXT']}, as kvpool-peer); iperf3 {iperf:.3f} GB/s")
 print(f"block {b//1024} KiB: kvpool warm / ucx_perftest: {ratio(perf_default)} (defaults), "
       f"{ratio(perf_peer)} (as kvpool-peer)")
 PY

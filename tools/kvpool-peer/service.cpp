@@ -162,6 +162,12 @@ Status Service::init_ucx() {
   // go by active-message rendezvous, a copy more on the receiving side: ucx_perftest lost
   // 15-18% of its bandwidth with it in kvpool_peer_bench (docs/peers.md).
   ::setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
+  // UCX's TCP transport receives at most one segment (64 KiB by default) per recv() and cuts
+  // an active-message rendezvous into fragments of that size: a block of hundreds of KiB
+  // then costs each side a syscall, a handler call and a copy call per 64 KiB. With 512 KiB
+  // segments kvpool-peer spent ~20% less CPU per byte in kvpool_peer_bench, where CPU
+  // bounds the bandwidth (docs/peers.md); each receive buffer UCX keeps is that size.
+  ::setenv("UCX_TCP_RX_SEG_SIZE", "512K", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status(ErrorCode::kConfigError,

@@ -117,7 +117,7 @@ struct RegisterOptions {
   // for copies whose bytes were checked against them as they arrived (kvpool-peer). A
   // wrong one only makes kvpoold evict the block at its next check. Empty: hashed here.
   // Read during the call (the async form too, before it returns).
-  std::span<const uint64_t> checksums;
+  std::span<const uint64_t> checksums = {};
 };
 
 // What kvpoold found when it hashed a block (Pool::verify_blocks).
