@@ -105,7 +105,7 @@ json owner_id() {
   return {{"pool_id", pool}, {"stable_dp_slot", {{"digest", digest}, {"source", "explicit"}}}};
 }
 
-struct Captured {
+struct CapturedTexts {
   std::vector<std::string> texts;
   MessageBuilder::Sink sink() {
     return [this](std::string_view s) {
@@ -116,7 +116,7 @@ struct Captured {
 };
 
 std::vector<std::string> traffic(const RouterIdentity& id) {
-  Captured cap;
+  CapturedTexts cap;
   MessageBuilder b(id.worker_id, cap.sink());
   b.set_identity(id);
   // A host pool with a disk tier and a device pool: every tier's stored, removed, cleared.

@@ -11,7 +11,6 @@
 
 namespace kvpool::peer {
 namespace {
-constexpr uint64_t kTagWaiter = 4;  // as service.cpp's
 constexpr size_t kMaxWaiters = 1024;
 }  // namespace
 

@@ -18,11 +18,6 @@
 namespace kvpool::peer {
 namespace {
 
-constexpr uint64_t kTagStop = 1;
-constexpr uint64_t kTagWorker = 2;
-constexpr uint64_t kTagLocal = 3;
-constexpr uint64_t kTagWaiter = 4;  // | fd << 8
-constexpr uint64_t kTagOnboard = 5;
 // ucp_worker_progress calls between two looks at deadlines and our own descriptors.
 constexpr int kProgressBurst = 64;
 

@@ -9,6 +9,13 @@
 
 namespace kvpool::peer {
 
+// What each descriptor in the service's epoll set is (epoll_event.data.u64).
+constexpr uint64_t kTagStop = 1;
+constexpr uint64_t kTagWorker = 2;
+constexpr uint64_t kTagLocal = 3;
+constexpr uint64_t kTagWaiter = 4;  // | fd << 8
+constexpr uint64_t kTagOnboard = 5;
+
 inline uint64_t mono_ns() { return now_ns(CLOCK_MONOTONIC); }
 
 struct Service::Conn {
