@@ -35,23 +35,56 @@ RELWITHDEBINFO=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $DEBUG_INFO -DNDEBUG"
 cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") $UNITY "${RELWITHDEBINFO[@]}" ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
 phase "build done ($BUILD_DIR)"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
-phase "tests done ($BUILD_DIR)"
+# A build that runs beside the tests at nice 19 (background_build NAME LOG COMMAND...): the
+# tests leave about a third of two cores idle (the serial ones, the waits on deadlines), and a
+# niced compile takes only what they leave. Its output goes to LOG, shown when it fails;
+# finish_background NAME waits for it. A run that stops early takes it down too (setsid: the
+# build's own process group, compilers included).
+declare -A BG_PID BG_LOG
+background_build() {
+  local name=$1 log=$2
+  shift 2
+  setsid nice -n 19 "$@" >"$log" 2>&1 &
+  BG_PID[$name]=$!
+  BG_LOG[$name]=$log
+}
+finish_background() {
+  local name=$1 rc=0
+  wait "${BG_PID[$name]}" || rc=$?
+  unset "BG_PID[$name]"
+  if [ "$rc" -ne 0 ]; then
+    cat "${BG_LOG[$name]}"
+    echo "== $name failed (exit $rc; its output is above and in ${BG_LOG[$name]})"
+    exit "$rc"
+  fi
+  # Warnings fail the compile (-Werror); anything else that warns (the linker) is shown.
+  grep 'warning:' "${BG_LOG[$name]}" || true
+}
+kill_background() { for pid in "${BG_PID[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; }
+trap kill_background EXIT
 
 # Release (what packagers and benchmarks build: -O3, where g++ warns about more) must build
 # warning-free too. Under CI=true, or RELEASE_CHECK=1: every target compiled and linked in
-# a folder of its own (RELEASE_BUILD_DIR), not run: the tests above ran the same code.
+# a folder of its own (RELEASE_BUILD_DIR), not run (the tests run the same code), beside the
+# tests.
 RELEASE_CHECK=${RELEASE_CHECK:-0}
 [ "${CI:-}" = "true" ] && RELEASE_CHECK=1
 if [ "$RELEASE_CHECK" = "1" ]; then
   REL_DIR=${RELEASE_BUILD_DIR:-build-release}
-  echo "== Release: every target, warnings as errors ($REL_DIR)"
+  echo "== Release: every target, warnings as errors ($REL_DIR), beside the tests"
   # shellcheck disable=SC2046,SC2086
   cmake -S . -B "$REL_DIR" $(generator_args "$REL_DIR") -DCMAKE_BUILD_TYPE=Release $UNITY ${CMAKE_ARGS:-} >/dev/null
   # -k 0: one run names every file that warns, not just the first.
   keep_going=()
   [ -f "$REL_DIR/build.ninja" ] && keep_going=(-- -k 0)
-  cmake --build "$REL_DIR" -j "$JOBS" "${keep_going[@]}"
+  background_build "Release build" "$REL_DIR/release-build.log" \
+    cmake --build "$REL_DIR" -j "$JOBS" "${keep_going[@]}"
+fi
+
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
+phase "tests done ($BUILD_DIR)"
+if [ "$RELEASE_CHECK" = "1" ]; then
+  finish_background "Release build"
   phase "Release build done"
 fi
 
@@ -76,12 +109,13 @@ PY
 ASAN_BASE=$(preset_env asan ASAN_OPTIONS)
 UBSAN_BASE=$(preset_env asan UBSAN_OPTIONS)
 TSAN_BASE=$(preset_env tsan TSAN_OPTIONS)
-sanitized() {
+sanitizer_configure() {  # sanitizer_configure PRESET DIR
+  cmake --preset "$1" -B "$2" "$UNITY" >/dev/null
+}
+SANITIZER_TARGETS=(kvpool_unit_tests kvpool_multiproc_tests)
+sanitizer_tests() {  # sanitizer_tests PRESET DIR
   local preset=$1 dir=$2
-  shift 2
   echo "== $preset: unit + multiproc tests ($dir)"
-  cmake --preset "$preset" -B "$dir" "$UNITY" >/dev/null
-  cmake --build "$dir" -j "$JOBS" --target kvpool_unit_tests kvpool_multiproc_tests "$@"
   local logs
   logs="$(cd "$dir" && pwd)/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
@@ -98,9 +132,22 @@ sanitized() {
   return $rc
 }
 ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
+TSAN_DIR=${TSAN_BUILD_DIR:-build-tsan}
+echo "== asan: build ($ASAN_DIR)"
 # The asan build also makes the fuzz targets (same instrumentation): fuzz.sh reuses it.
-sanitized asan "$ASAN_DIR" kvpool_dispatch_fuzz kvpool_config_fuzz kvpool_adopt_fuzz
-sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
+sanitizer_configure asan "$ASAN_DIR"
+cmake --build "$ASAN_DIR" -j "$JOBS" --target "${SANITIZER_TARGETS[@]}" \
+  kvpool_dispatch_fuzz kvpool_config_fuzz kvpool_adopt_fuzz
+phase "asan build done"
+# The tsan build compiles beside the asan tests, as the Release build beside the tests.
+echo "== tsan: build ($TSAN_DIR), beside the asan tests"
+sanitizer_configure tsan "$TSAN_DIR"
+background_build "tsan build" "$TSAN_DIR/tsan-build.log" \
+  cmake --build "$TSAN_DIR" -j "$JOBS" --target "${SANITIZER_TARGETS[@]}"
+sanitizer_tests asan "$ASAN_DIR"
+finish_background "tsan build"
+phase "tsan build done"
+sanitizer_tests tsan "$TSAN_DIR"
 
 echo "== fuzz"
 FUZZ_BUILD_DIR="$ASAN_DIR" FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
