@@ -22,6 +22,8 @@
 # CHECKSUM=y (the default) registers A's blocks with their checksums (RegisterOptions::
 # checksum), which the holder then sends instead of hashing the blocks again; CHECKSUM=n
 # registers them without, and the holder hashes each block it serves.
+# HOST_CPUS="CPU_A CPU_B" gives each host a core of its own (netns_lib.sh, host_pin): both
+# kvpool-peers and both perftest ends, as on two machines (docs/peers.md: the target).
 # Prints one line per measurement; needs root (ip netns), iperf3, ucx_perftest, /usr/bin/time.
 BUILD=$(cd "$1" && pwd)
 ROUNDS=${2:-5}
@@ -54,13 +56,15 @@ PEER_UCX=(UCX_TCP_PUT_ENABLE=n UCX_TCP_RX_SEG_SIZE=512K)
 perftest() {
   local n=$(( (1 << 30) / $1 ))
   local bytes=$1; shift
+  # shellcheck disable=SC2046
   ip netns exec "$NSA" env "$@" /usr/bin/time -f "%U %S" -o "$WORK/time-s" \
-    ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
+    $(host_pin A) ucx_perftest -p 13400 > "$WORK/perf-s.log" 2>&1 &
   local sp=$!; PIDS+=($sp)
   wait_for 10 listening "$NSA" 13400 || fail "ucx_perftest server did not start"
   local mbs
+  # shellcheck disable=SC2046
   mbs=$(ip netns exec "$NSB" env "$@" /usr/bin/time -f "%U %S" -o "$WORK/time-c" \
-    ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$bytes" -n "$n" -w 10 -E sleep 2>&1 | awk '/Final:/ {print $6}')
+    $(host_pin B) ucx_perftest "$IPA" -p 13400 -t ucp_am_bw -s "$bytes" -n "$n" -w 10 -E sleep 2>&1 | awk '/Final:/ {print $6}')
   wait "$sp" 2>/dev/null || true
   echo "${mbs:-0} $(cat "$WORK/time-s" "$WORK/time-c" | awk '{s += $1 + $2} END {print s}')"
 }

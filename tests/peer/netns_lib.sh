@@ -81,10 +81,20 @@ start_kvpoold() {
 }
 
 # start_peer NS HOST IP [ARGS...]
+# HOST_CPUS="CPU_A CPU_B": each host's kvpool-peer (and kvpool_peer_bench's ucx_perftest ends)
+# runs on a core of its own, as on two machines. Unset: the scheduler places them, and both
+# "hosts" share this machine's cores and scheduler, which two hosts never do.
+host_pin() {  # host_pin A|B: the command prefix that pins a process to that host's core
+  [ -n "${HOST_CPUS:-}" ] || return 0
+  local cpus
+  read -r -a cpus <<< "$HOST_CPUS"
+  if [ "$1" = A ]; then echo "taskset -c ${cpus[0]}"; else echo "taskset -c ${cpus[1]}"; fi
+}
 start_peer() {
   local ns=$1 host=$2 ip=$3; shift 3
   rm -f "$WORK/$host/default.peer.sock"
-  ip netns exec "$ns" "$BUILD/tools/kvpool-peer/kvpool-peer" --runtime-dir "$WORK/$host" \
+  # shellcheck disable=SC2046
+  ip netns exec "$ns" $(host_pin "$host") "$BUILD/tools/kvpool-peer/kvpool-peer" --runtime-dir "$WORK/$host" \
     --name "$host" --listen "$ip:$PORT" --export g1 --key-file "${PEER_KEY:-$KEY}" "$@" \
     >> "$WORK/peer-$host.log" 2>&1 &
   PIDS+=($!); eval "PEER_$host=$!"
