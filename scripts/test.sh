@@ -35,34 +35,6 @@ RELWITHDEBINFO=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $DEBUG_INFO -DNDEBUG"
 cmake -S . -B "$BUILD_DIR" $(generator_args "$BUILD_DIR") $UNITY "${RELWITHDEBINFO[@]}" ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
 phase "build done ($BUILD_DIR)"
-# A build that runs beside the tests at nice 19 (background_build NAME LOG COMMAND...): the
-# tests leave about a third of two cores idle (the serial ones, the waits on deadlines), and a
-# niced compile takes only what they leave: tests + Release took 672 s this way, 770 s one
-# after the other (CI=true runs on a 2-core VM). Its output goes to LOG, shown when it fails;
-# finish_background NAME waits for it. A run that stops early takes it down too (setsid: the
-# build's own process group, compilers included).
-declare -A BG_PID BG_LOG
-background_build() {
-  local name=$1 log=$2
-  shift 2
-  setsid nice -n 19 "$@" >"$log" 2>&1 &
-  BG_PID[$name]=$!
-  BG_LOG[$name]=$log
-}
-finish_background() {
-  local name=$1 rc=0
-  wait "${BG_PID[$name]}" || rc=$?
-  unset "BG_PID[$name]"
-  if [ "$rc" -ne 0 ]; then
-    cat "${BG_LOG[$name]}"
-    echo "== $name failed (exit $rc; its output is above and in ${BG_LOG[$name]})"
-    exit "$rc"
-  fi
-  # Warnings fail the compile (-Werror); anything else that warns (the linker) is shown.
-  grep 'warning:' "${BG_LOG[$name]}" || true
-}
-kill_background() { for pid in "${BG_PID[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; }
-trap kill_background EXIT
 
 # Release (what packagers and benchmarks build: -O3, where g++ warns about more) must build
 # warning-free too. Under CI=true, or RELEASE_CHECK=1: every target compiled and linked in
@@ -78,14 +50,29 @@ if [ "$RELEASE_CHECK" = "1" ]; then
   # -k 0: one run names every file that warns, not just the first.
   keep_going=()
   [ -f "$REL_DIR/build.ninja" ] && keep_going=(-- -k 0)
-  background_build "Release build" "$REL_DIR/release-build.log" \
-    cmake --build "$REL_DIR" -j "$JOBS" "${keep_going[@]}"
+  # At nice 19, beside the tests: they leave about a third of two cores idle (the serial
+  # ones, the waits on deadlines), and a niced compile takes only that. Tests + Release took
+  # 583 s this way against 770 s one after the other (CI=true on a 2-core VM). Its output
+  # goes to a log, shown if it fails; setsid gives it a process group of its own, which a
+  # run that stops early takes down, compilers included.
+  REL_LOG="$REL_DIR/release-build.log"
+  setsid nice -n 19 cmake --build "$REL_DIR" -j "$JOBS" "${keep_going[@]}" >"$REL_LOG" 2>&1 &
+  REL_PID=$!
+  trap 'kill -- "-$REL_PID" 2>/dev/null || true' EXIT
 fi
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
 phase "tests done ($BUILD_DIR)"
 if [ "$RELEASE_CHECK" = "1" ]; then
-  finish_background "Release build"
+  rc=0
+  wait "$REL_PID" || rc=$?
+  trap - EXIT
+  if [ "$rc" -ne 0 ]; then
+    cat "$REL_LOG"
+    echo "== Release build failed (exit $rc; its output is above and in $REL_LOG)"
+    exit "$rc"
+  fi
+  grep 'warning:' "$REL_LOG" || true  # -Werror fails a compile; the linker's would show here
   phase "Release build done"
 fi
 
@@ -110,13 +97,12 @@ PY
 ASAN_BASE=$(preset_env asan ASAN_OPTIONS)
 UBSAN_BASE=$(preset_env asan UBSAN_OPTIONS)
 TSAN_BASE=$(preset_env tsan TSAN_OPTIONS)
-sanitizer_configure() {  # sanitizer_configure PRESET DIR
-  cmake --preset "$1" -B "$2" "$UNITY" >/dev/null
-}
-SANITIZER_TARGETS=(kvpool_unit_tests kvpool_multiproc_tests)
-sanitizer_tests() {  # sanitizer_tests PRESET DIR
+sanitized() {
   local preset=$1 dir=$2
+  shift 2
   echo "== $preset: unit + multiproc tests ($dir)"
+  cmake --preset "$preset" -B "$dir" "$UNITY" >/dev/null
+  cmake --build "$dir" -j "$JOBS" --target kvpool_unit_tests kvpool_multiproc_tests "$@"
   local logs
   logs="$(cd "$dir" && pwd)/sanitizer-reports"
   rm -rf "$logs" && mkdir -p "$logs"
@@ -133,19 +119,9 @@ sanitizer_tests() {  # sanitizer_tests PRESET DIR
   return $rc
 }
 ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
-TSAN_DIR=${TSAN_BUILD_DIR:-build-tsan}
-# Each in turn: the sanitizer tests use both cores, and a tsan build beside the asan tests
-# (even at nice 19) made the two phases 138 s longer in all, not shorter.
-echo "== asan: build ($ASAN_DIR)"
 # The asan build also makes the fuzz targets (same instrumentation): fuzz.sh reuses it.
-sanitizer_configure asan "$ASAN_DIR"
-cmake --build "$ASAN_DIR" -j "$JOBS" --target "${SANITIZER_TARGETS[@]}" \
-  kvpool_dispatch_fuzz kvpool_config_fuzz kvpool_adopt_fuzz
-sanitizer_tests asan "$ASAN_DIR"
-echo "== tsan: build ($TSAN_DIR)"
-sanitizer_configure tsan "$TSAN_DIR"
-cmake --build "$TSAN_DIR" -j "$JOBS" --target "${SANITIZER_TARGETS[@]}"
-sanitizer_tests tsan "$TSAN_DIR"
+sanitized asan "$ASAN_DIR" kvpool_dispatch_fuzz kvpool_config_fuzz kvpool_adopt_fuzz
+sanitized tsan "${TSAN_BUILD_DIR:-build-tsan}"
 
 echo "== fuzz"
 FUZZ_BUILD_DIR="$ASAN_DIR" FUZZ_SECONDS=${FUZZ_SECONDS:-60} scripts/fuzz.sh
