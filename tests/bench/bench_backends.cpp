@@ -372,6 +372,9 @@ struct SocketPool {
   pool::PoolCore core;
   daemon::Dispatcher dispatcher;
   std::mutex mutex;
+  // Owner ids of connections that hung up, for the next ones (the core tracks holds per
+  // owner, kMaxConnections of them; a benchmark connects far more often than that).
+  std::vector<uint32_t> free_owners;
 };
 
 void serve_connection(SocketPool& p, int fd, uint32_t owner) {
@@ -395,6 +398,9 @@ void serve_connection(SocketPool& p, int fd, uint32_t owner) {
     if (cap > 0 && send(fd, outb, done.answer_bytes, MSG_NOSIGNAL) < 0) break;
   }
   close(fd);
+  std::lock_guard lock(p.mutex);
+  p.core.release_owner(owner);  // what a client that hung up still held, as kvpoold does
+  p.free_owners.push_back(owner);
 }
 
 void set_buffers(int fd) {
@@ -413,15 +419,22 @@ sockaddr_un socket_address(const std::string& path) {
 
 [[noreturn]] void run_socket_server(int listener, uint32_t blocks) {
   SocketPool p(blocks);
-  for (uint32_t owner = 0;; ++owner) {
+  for (uint32_t o = SocketServer::kMaxConnections; o-- > 0;) p.free_owners.push_back(o);
+  for (;;) {
     const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       _exit(1);
     }
-    if (owner >= SocketServer::kMaxConnections) {  // the core tracks holds per owner
-      close(fd);
-      continue;
+    uint32_t owner = 0;
+    {
+      std::lock_guard lock(p.mutex);
+      if (p.free_owners.empty()) {  // kMaxConnections at once: refuse (the client sees EOF)
+        close(fd);
+        continue;
+      }
+      owner = p.free_owners.back();
+      p.free_owners.pop_back();
     }
     set_buffers(fd);
     std::thread(serve_connection, std::ref(p), fd, owner).detach();

@@ -5,12 +5,18 @@
 //     run --reps times (interleaved), with median and spread: match-64; an engine-step mix
 //     (match-64 + allocate-16 + register-16 + release of all); match-64 with the clients
 //     pinned two to a core;
-//  3. a victim's latency (one match-64 every millisecond) alone and beside 16 flat-out clients;
-//  4. idle CPU of kvpoold and quiet attached clients.
+//  3. the same flat-out match-64 and engine steps against the alternatives, in the same run
+//     and interleaved with kvpoold: our blocking Unix-socket server (a thread per connection,
+//     the daemon's own request code under a mutex) and redis-server (bench_backends.hpp), so
+//     that a loss as clients are added can be told apart from what the host does to anyone;
+//  4. a victim's latency (one match-64 every millisecond) alone and beside 16 flat-out clients;
+//  5. idle CPU of kvpoold and quiet attached clients.
 //   ./build/tests/bench/kvpool_ipc_bench [--blocks N] [--samples N] [--seconds S] [--reps R]
 //                                         [--clients 1,2,4,8,16] [--idle-seconds S]
 //                                         [--max-clients N] (kvpoold's slots; default 64)
-// Starts its own kvpoold (a temp runtime dir; KVPOOLD overrides the binary) and stops it.
+//                                         [--alternatives 1|0] (default 1)
+// Starts its own kvpoold (a temp runtime dir; KVPOOLD overrides the binary) and stops it;
+// the alternatives' servers too (REDIS_SERVER overrides redis-server; none: no redis column).
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -23,6 +29,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -34,6 +42,9 @@
 #include "kvpool/client.hpp"
 #include "kvpool/pool/pool_core.hpp"
 #include "support/daemon_process.hpp"
+#ifdef KVPOOL_IPC_ALTERNATIVES
+#include "bench_backends.hpp"
+#endif
 
 using namespace kvpool;
 using Clock = std::chrono::steady_clock;
@@ -51,6 +62,7 @@ struct Args {
   std::vector<int> clients = {1, 2, 4, 8, 16};
   double idle_seconds = 5.0;
   uint32_t max_clients = 64;  // kvpoold's slots: the engine looks at every one each pass
+  bool alternatives = true;
 };
 
 double median(std::vector<double> v) {
@@ -212,8 +224,31 @@ DaemonFigures run_daemon(const Args& a, Pool& pool, const std::vector<uint64_t>&
 
 // What each client process of a run does, flat out, until the deadline.
 enum class Load { kMatch, kMix };
+// Whom the clients call: kvpoold through libkvpool, or one of the alternatives.
+enum class Target { kKvpoold, kSocket, kRedis };
+
+// The servers a run's clients may call (the alternatives' are null when not started).
+struct Servers {
+  const testsupport::DaemonProcess* kvpoold = nullptr;
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  const bench::SocketServer* socket = nullptr;
+  const bench::RedisServer* redis = nullptr;
+#endif
+  uint32_t blocks = 0;
+  pid_t pid(Target t) const;
+};
+
+pid_t Servers::pid(Target t) const {
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  if (t == Target::kSocket) return socket->pid();
+  if (t == Target::kRedis) return redis->pid();
+#endif
+  (void)t;
+  return kvpoold->pid();
+}
 
 struct RunSpec {
+  Target target = Target::kKvpoold;
   int clients = 1;
   Load load = Load::kMatch;
   bool pinned = false;  // two clients to a core: client i on allowed CPU (i / 2) % cores
@@ -311,16 +346,40 @@ constexpr int kClientMsg = 6;
 
 // The body of one client process: connect, say ready, wait for the deadline, run.
 // Writes its count (and, for the victim, its p50 and p99) to `out`.
-[[noreturn]] void client_main(const testsupport::DaemonProcess& d,
-                              const std::vector<uint64_t>& hashes, const RunSpec& spec, int index,
-                              bool is_victim, int ready_fd, int go_fd, int out_fd) {
+// One call of a flat-out client to an alternative server, or null for kvpoold (the client
+// then calls through libkvpool).
+using AltCall = std::function<void(std::span<const uint64_t>, std::mt19937_64&)>;
+
+AltCall alternative_call(const Servers& s, const RunSpec& spec) {
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  if (spec.target == Target::kKvpoold) return {};
+  std::shared_ptr<bench::Backend> b = spec.target == Target::kSocket
+                                          ? bench::make_socket_backend(*s.socket)
+                                          : bench::make_redis_backend(*s.redis, s.blocks);
+  if (spec.load == Load::kMatch)
+    return [b](std::span<const uint64_t> q, std::mt19937_64&) { b->match(q); };
+  return [b](std::span<const uint64_t> q, std::mt19937_64& rng) { b->engine_step(q, rng(), rng); };
+#else
+  (void)s;
+  (void)spec;
+  return {};
+#endif
+}
+
+[[noreturn]] void client_main(const Servers& s, const std::vector<uint64_t>& hashes,
+                              const RunSpec& spec, int index, bool is_victim, int ready_fd,
+                              int go_fd, int out_fd) {
   if (spec.pinned && !is_victim) {
     const auto cpus = allowed_cpus();
     if (!cpus.empty()) pin_to(cpus[static_cast<size_t>(index / 2) % cpus.size()]);
   }
-  auto cl = connect(d);
+  const AltCall alt = alternative_call(s, spec);
+  std::optional<Result<Client>> cl;
   std::optional<Pool> pool;
-  if (cl) pool.emplace(*cl->pool("bench"));
+  if (!alt) {
+    cl.emplace(connect(*s.kvpoold));
+    if (*cl) pool.emplace(*(*cl)->pool("bench"));
+  }
   const char one = 1;
   ssize_t w = write(ready_fd, &one, 1);
   int64_t deadline_ns = 0;
@@ -331,10 +390,12 @@ constexpr int kClientMsg = 6;
   std::vector<double> lat;
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
-  while (pool && Clock::now() < deadline) {
+  while ((pool || alt) && Clock::now() < deadline) {
     const size_t start = rng() % (hashes.size() - kBatch);
     const std::span<const uint64_t> q(hashes.data() + start, kBatch);
-    if (is_victim) {
+    if (alt) {
+      alt(q, rng);
+    } else if (is_victim) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const auto t0 = Clock::now();
       { auto r = pool->match_sequence_hashes(q); }
@@ -363,8 +424,7 @@ constexpr int kClientMsg = 6;
 }
 
 // Forks the clients of one run, starts them together once all are attached, and sums.
-RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uint64_t>& hashes,
-                      const RunSpec& spec) {
+RunResult run_clients(const Servers& s, const std::vector<uint64_t>& hashes, const RunSpec& spec) {
   int ready[2], go[2], out[2];
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(out) != 0) return {};
   const int total = spec.clients + (spec.victim ? 1 : 0);
@@ -375,7 +435,7 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
       close(ready[0]);
       close(go[1]);
       close(out[0]);
-      client_main(d, hashes, spec, c, spec.victim && c == spec.clients, ready[1], go[0], out[1]);
+      client_main(s, hashes, spec, c, spec.victim && c == spec.clients, ready[1], go[0], out[1]);
     }
     kids.push_back(p);
   }
@@ -390,7 +450,8 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           (Clock::now() + std::chrono::duration<double>(spec.seconds)).time_since_epoch())
           .count();
-  const ProcSample d0 = proc_sample(d.pid());
+  const pid_t server = s.pid(spec.target);
+  const ProcSample d0 = proc_sample(server);
   for (int c = 0; c < total; ++c) {
     ssize_t w = write(go[1], &deadline, sizeof(deadline));
     (void)w;
@@ -403,7 +464,7 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
     if (read(out[0], msg, sizeof(msg)) != sizeof(msg)) continue;
     if (c == 0) {
       // The first report comes once the deadline passed: kvpoold's share ends here.
-      const ProcSample d1 = proc_sample(d.pid());
+      const ProcSample d1 = proc_sample(server);
       const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
       r.daemon_cpu = static_cast<double>(d1.cpu_ticks - d0.cpu_ticks) * tick_s / spec.seconds;
       r.daemon_vcs_per_k = static_cast<double>(d1.vcs - d0.vcs);
@@ -437,9 +498,8 @@ RunResult run_clients(const testsupport::DaemonProcess& d, const std::vector<uin
 
 // Each client count `reps` times, the counts interleaved (1, 2, 4, ... then again), so drift
 // on a shared machine weighs on all of them alike; median and spread (min-max) per count.
-void scaling_table(const char* title, const testsupport::DaemonProcess& d,
-                   const std::vector<uint64_t>& hashes, RunSpec spec,
-                   const std::vector<int>& counts, int reps) {
+void scaling_table(const char* title, const Servers& d, const std::vector<uint64_t>& hashes,
+                   RunSpec spec, const std::vector<int>& counts, int reps) {
   std::vector<std::vector<RunResult>> runs(counts.size());
   for (int r = 0; r < reps; ++r)
     for (size_t i = 0; i < counts.size(); ++i) {
@@ -473,6 +533,48 @@ void scaling_table(const char* title, const testsupport::DaemonProcess& d,
         100.0 * mean(i, &RunResult::daemon_cpu), mean(i, &RunResult::daemon_vcs_per_k),
         mean(i, &RunResult::daemon_ivcs_per_k), mean(i, &RunResult::client_cpu_us),
         mean(i, &RunResult::client_vcs), mean(i, &RunResult::client_ivcs));
+  }
+}
+
+// The same flat-out load against kvpoold and each alternative started, interleaved (per
+// repetition and client count, every target in turn), so drift weighs on all alike: each
+// target's median aggregate rate (min-max) and against its own one client.
+void alternatives_table(const char* title, const Servers& s, const std::vector<uint64_t>& hashes,
+                        RunSpec spec, const std::vector<int>& counts, int reps) {
+  std::vector<std::pair<Target, const char*>> targets = {{Target::kKvpoold, "kvpoold"}};
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  targets.push_back({Target::kSocket, "unix-socket"});
+  if (s.redis) targets.push_back({Target::kRedis, "redis"});
+#endif
+  // rates[target][count][rep]
+  std::vector<std::vector<std::vector<double>>> rates(
+      targets.size(), std::vector<std::vector<double>>(counts.size()));
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < counts.size(); ++i)
+      for (size_t t = 0; t < targets.size(); ++t) {
+        spec.clients = counts[i];
+        spec.target = targets[t].first;
+        rates[t][i].push_back(run_clients(s, hashes, spec).ops_per_s);
+      }
+  std::printf(
+      "\n%s (%d runs of %.1f s each, aggregate per second, median (min-max), vs its own "
+      "1 client)\n%8s",
+      title, reps, spec.seconds, "clients");
+  for (const auto& t : targets) std::printf(" %32s", t.second);
+  std::printf("\n");
+  for (size_t i = 0; i < counts.size(); ++i) {
+    std::printf("%8d", counts[i]);
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const std::vector<double>& v = rates[t][i];
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      const double one = median(rates[t][0]);
+      const double med = median(v);
+      char cell[64];
+      std::snprintf(cell, sizeof(cell), "%.0f (%.0f-%.0f) %.2fx", med, *lo, *hi,
+                    one > 0 ? med / one : 0);
+      std::printf(" %32s", cell);
+    }
+    std::printf("\n");
   }
 }
 
@@ -531,6 +633,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--seconds")) a.seconds = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) a.reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--idle-seconds")) a.idle_seconds = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--alternatives")) a.alternatives = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--max-clients"))
       a.max_clients = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--clients")) {
@@ -539,8 +642,25 @@ int main(int argc, char** argv) {
       for (std::string n; std::getline(ss, n, ',');) a.clients.push_back(std::atoi(n.c_str()));
     }
   }
+  Servers sv;
+  sv.blocks = a.blocks;
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  // Forked before this process starts a thread (connecting starts libkvpool's lease thread).
+  std::optional<bench::SocketServer> socket;
+  std::optional<bench::RedisServer> redis;
+  if (a.alternatives) {
+    socket.emplace(a.blocks);
+    sv.socket = &*socket;
+    const std::string redis_bin = bench::RedisServer::find_binary();
+    if (!redis_bin.empty()) {
+      redis.emplace(redis_bin);
+      sv.redis = &*redis;
+    }
+  }
+#endif
   const char* kvpoold = std::getenv("KVPOOLD");
   testsupport::DaemonProcess d(bench_config(a), kvpoold ? kvpoold : KVPOOLD_PATH);
+  sv.kvpoold = &d;
   try {
     d.start(20s);
   } catch (const std::exception& e) {
@@ -556,6 +676,10 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> hashes(a.blocks / 2);
   fill(*pool, hashes, a.blocks / 2);
   client->flush();
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  if (sv.socket) bench::make_socket_backend(*sv.socket)->fill(hashes);
+  if (sv.redis) bench::make_redis_backend(*sv.redis, a.blocks)->fill(hashes);
+#endif
 
   CoreFigures core = run_core(a, hashes);
   DaemonFigures dm = run_daemon(a, *pool, hashes);
@@ -572,22 +696,32 @@ int main(int argc, char** argv) {
   std::printf("match-64 against an idle (parked) daemon: %.2f us median\n", dm.idle_match);
   RunSpec spec;
   spec.seconds = a.seconds;
-  scaling_table("match-64, client processes flat out", d, hashes, spec, a.clients, a.reps);
+  scaling_table("match-64, client processes flat out", sv, hashes, spec, a.clients, a.reps);
   spec.load = Load::kMix;
-  scaling_table("engine steps (match-64 + allocate-16 + register-16 + release), flat out", d,
+  scaling_table("engine steps (match-64 + allocate-16 + register-16 + release), flat out", sv,
                 hashes, spec, a.clients, a.reps);
   spec.load = Load::kMatch;
   spec.pinned = true;
-  scaling_table("match-64, clients pinned two to a core, flat out", d, hashes, spec, a.clients,
+  scaling_table("match-64, clients pinned two to a core, flat out", sv, hashes, spec, a.clients,
                 a.reps);
   spec.pinned = false;
+#ifdef KVPOOL_IPC_ALTERNATIVES
+  if (sv.socket) {
+    alternatives_table("match-64 flat out, kvpoold beside the alternatives", sv, hashes, spec,
+                       a.clients, a.reps);
+    spec.load = Load::kMix;
+    alternatives_table("engine steps flat out, kvpoold beside the alternatives", sv, hashes, spec,
+                       a.clients, a.reps);
+    spec.load = Load::kMatch;
+  }
+#endif
   spec.victim = true;
   std::printf("\nvictim: one match-64 every 1 ms, %.1f s (median of %d runs)\n", a.seconds, a.reps);
   for (int n : {0, 16}) {
     std::vector<double> p50, p99, agg;
     for (int r = 0; r < a.reps; ++r) {
       spec.clients = n;
-      const RunResult rr = run_clients(d, hashes, spec);
+      const RunResult rr = run_clients(sv, hashes, spec);
       p50.push_back(rr.victim_p50);
       p99.push_back(rr.victim_p99);
       agg.push_back(rr.ops_per_s);
