@@ -342,6 +342,7 @@ Status Engine::run(const EngineHooks& hooks) {
   store_segments();  // before any client can change a block
   // Callers poll for an answer only while the engine and the busy clients fit these.
   ctl_->stats.engine_cpus.store(shm::allowed_cpu_count(), std::memory_order_relaxed);
+  ctl_->stats.clients_awake.store(shm::kAwakePublished, std::memory_order_relaxed);  // 0 awake
   // Everything is valid: say so last (a release store), so readers that see kReady see it all.
   control_.publish_ready();
   spdlog::info("kvpoold ready: instance '{}', socket {}, {} pool(s), max_clients {}, epoch {:016x}",
@@ -363,7 +364,7 @@ Status Engine::run(const EngineHooks& hooks) {
     // request taken within kBusyWindowNs, or an answer they have not read yet (they wait for
     // a core to read it on). Callers poll for answers only while those and we fit the cores.
     const uint64_t pass_ns = now_ns(CLOCK_MONOTONIC);
-    uint32_t busy = 0;
+    uint32_t busy = 0, awake = 0;
     const uint32_t n = static_cast<uint32_t>(sessions_.size());
     for (uint32_t k = 0; k < n; ++k) {
       Session& s = sessions_[(rr_next_ + k) % n];
@@ -372,11 +373,13 @@ Status Engine::run(const EngineHooks& hooks) {
         worked = true;
         s.last_request_ns = pass_ns;
       }
-      if (s.state == SlotState::kAttached &&
-          (pass_ns - s.last_request_ns < shm::kBusyWindowNs || !s.responses->consumer_caught_up()))
+      if (s.state == SlotState::kAttached && (pass_ns - s.last_request_ns < shm::kBusyWindowNs ||
+                                              !s.responses->consumer_caught_up())) {
         ++busy;
+        if (!s.responses->consumer_asleep()) ++awake;
+      }
     }
-    publish_busy(busy);
+    publish_busy(busy, awake);
     rr_next_ = (rr_next_ + 1) % std::max<uint32_t>(n, 1);
     // Write-behind of what those requests registered: holds taken, writes started.
     if (worked)
@@ -407,7 +410,7 @@ Status Engine::run(const EngineHooks& hooks) {
     // stores its tail then reads daemon_sleeping. One of us sees the other's store, so a
     // request is either found here or its client rings our eventfd.
     woke_local_client_ = false;
-    publish_busy(0);  // nobody calls often enough to keep us awake: a caller may poll again
+    publish_busy(0, 0);  // nobody calls often enough to keep us awake: a caller may poll again
     show_cpu(true);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!any_request_pending()) {
@@ -473,12 +476,17 @@ void Engine::note_request(uint64_t t) {
   last_request_ns_ = t;
 }
 
-void Engine::publish_busy(uint32_t busy) {
-  if (busy == busy_published_) return;
-  // relaxed: a hint a caller reads before it decides to poll; a stale value costs one
+void Engine::publish_busy(uint32_t busy, uint32_t awake) {
+  // relaxed: hints a caller reads before it decides to poll; a stale value costs one
   // answer a wake-up it could have polled for, or a poll that sleeps after its budget.
-  ctl_->stats.clients_busy.store(busy, std::memory_order_relaxed);
-  busy_published_ = busy;
+  if (busy != busy_published_) {
+    ctl_->stats.clients_busy.store(busy, std::memory_order_relaxed);
+    busy_published_ = busy;
+  }
+  if (awake != awake_published_) {
+    ctl_->stats.clients_awake.store(shm::kAwakePublished | awake, std::memory_order_relaxed);
+    awake_published_ = awake;
+  }
 }
 
 bool Engine::any_request_pending() {

@@ -79,8 +79,9 @@ class Engine {
   Outcome process(Session& s, uint32_t type, const std::byte* payload, uint32_t len);
   bool any_request_pending();
   void note_request(uint64_t t);
-  // Publishes ControlStats::clients_busy when it changed (callers' wait policy).
-  void publish_busy(uint32_t busy);
+  // Publishes ControlStats::clients_busy and clients_awake when they changed (callers' wait
+  // policy, shm/cpu_share.hpp).
+  void publish_busy(uint32_t busy, uint32_t awake);
   void show_cpu(bool parking);
   void periodic();
   void service(const EngineHooks& hooks);
@@ -135,6 +136,7 @@ class Engine {
   uint32_t park_word_ = 0;          // last value stored to ControlHeader::daemon_sleeping
   bool woke_local_client_ = false;  // since the last park: woke a client on our core
   uint32_t busy_published_ = 0;     // last value stored to ControlStats::clients_busy
+  uint32_t awake_published_ = 0;    // last count stored to ControlStats::clients_awake
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;

@@ -32,7 +32,7 @@ for ((r = 0; r < reps; r++)); do
   for tag in old new; do
     dir=$old
     [[ $tag == new ]] && dir=$new
-    run "$dir" "$tag" "$r" --samples 300 --reps 1 --seconds "$seconds" --idle-seconds 0 \
+    run "$dir" "$tag" "$r" --samples 300 --reps 1 --seconds "$seconds" --idle-seconds 0 --alternatives 0 \
       --clients "$clients"
   done
 done

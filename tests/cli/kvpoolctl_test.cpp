@@ -332,10 +332,15 @@ TEST_F(KvpoolctlTest, MetricsArePrometheusTextWithExactFigures) {
   // so once the engine's pass after its last call ran, nobody is in a call.
   EXPECT_EQ(m.types["kvpool_engine_cpus"], "gauge");
   EXPECT_EQ(m.types["kvpool_clients_busy"], "gauge");
+  EXPECT_EQ(m.types["kvpool_clients_awake"], "gauge");
   EXPECT_EQ(m.get("kvpool_engine_cpus"), shm::allowed_cpu_count());
   wait_until(
-      [&] { return parse_prometheus(ctl_on("metrics").out).get("kvpool_clients_busy") == 0; },
-      std::chrono::seconds(10), "kvpool_clients_busy to read 0 with the one client idle");
+      [&] {
+        auto now = parse_prometheus(ctl_on("metrics").out);
+        return now.get("kvpool_clients_busy") == 0 && now.get("kvpool_clients_awake") == 0;
+      },
+      std::chrono::seconds(10),
+      "kvpool_clients_busy and kvpool_clients_awake to read 0 with the one client idle");
   EXPECT_EQ(m.get("kvpool_protocol_errors_total"), 0);
   EXPECT_EQ(m.get("kvpool_reclaimed_clients_total"), 0);
   const double requests = m.get("kvpool_requests_total");

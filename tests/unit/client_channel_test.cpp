@@ -325,10 +325,16 @@ TEST(CpuShare, PollingPaysOnlyWhileTheEngineAndTheBusyClientsFitItsCpus) {
   EXPECT_TRUE(polling_pays(7, 8));
   EXPECT_FALSE(polling_pays(8, 8));
   EXPECT_GE(allowed_cpu_count(), 1u);
+  // The awake clients count when the daemon publishes them, the busy ones otherwise.
+  EXPECT_EQ(clients_competing(5, 0), 5u);  // a daemon before clients_awake
+  EXPECT_EQ(clients_competing(5, kAwakePublished | 1), 1u);
+  EXPECT_EQ(clients_competing(5, kAwakePublished), 0u);
+  EXPECT_TRUE(polling_pays(clients_competing(16, kAwakePublished | 1), 2));
+  EXPECT_FALSE(polling_pays(clients_competing(16, kAwakePublished | 2), 2));
 }
 
 // While the busy clients outnumber the engine's cores a caller sleeps on its doorbell at
-// once. Its poll budget here is 10 s and kvpoold has already taken its request, so a caller
+// once, when the daemon does not say how many of them are awake (one before clients_awake). Its poll budget here is 10 s and kvpoold has already taken its request, so a caller
 // that polled would still be polling when this test stops waiting for it to sleep (5 s).
 TEST(ClientChannel, ACallerSleepsAtOnceWhileTheBusyClientsOutnumberTheEnginesCpus) {
   FakeDaemon d;
@@ -357,6 +363,48 @@ TEST(ClientChannel, ACallerSleepsAtOnceWhileTheBusyClientsOutnumberTheEnginesCpu
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->refs.size(), 1u);
   EXPECT_EQ(r->refs[0], (proto::BlockRef{4, 2}));
+}
+
+// Many clients in a call, but all of them asleep but one: that one may poll (a sleeping
+// client holds no core). Its poll budget is 10 s and kvpoold has taken its request, so it
+// polls until answered; the daemon side answers once it has watched the caller poll for
+// 200 ms without ever saying it sleeps. The same caller with two clients awake sleeps.
+TEST(ClientChannel, ACallerPollsWhileTheAwakeClientsFitTheEnginesCpus) {
+  for (const uint64_t awake : {uint64_t{1}, uint64_t{2}}) {
+    SCOPED_TRACE("clients awake: " + std::to_string(awake));
+    FakeDaemon d;
+    d.control.header().stats.engine_cpus.store(2, std::memory_order_relaxed);
+    d.control.header().stats.clients_busy.store(16, std::memory_order_relaxed);
+    d.control.header().stats.clients_awake.store(kAwakePublished | awake,
+                                                 std::memory_order_relaxed);
+    ChannelOptions o;
+    o.poll = std::chrono::seconds(10);
+    auto ch = open_channel(d, o);
+    auto corr = ch->send(proto::Opcode::kPing, 0, 0, nullptr, 0, kNothing);
+    ASSERT_TRUE(corr.is_ok());
+    d.take();
+    std::atomic<bool> slept{false};
+    std::thread daemon_side([&] {
+      Doorbell& bell = d.seg.responses->consumer_bell;
+      // Polling is judged over 200 ms; sleeping as soon as the flag shows (5 s at most).
+      const auto until = std::chrono::steady_clock::now() +
+                         (awake == 1 ? std::chrono::milliseconds(200) : std::chrono::seconds(5));
+      while (std::chrono::steady_clock::now() < until)
+        if (bell.sleeping.load(std::memory_order_acquire) != 0) {
+          slept = true;
+          break;
+        }
+      d.answer(*corr, {{4, 2}});
+    });
+    auto r = ch->wait(*corr, [](uint64_t, Answer&&) {});
+    daemon_side.join();
+    if (awake == 1)
+      EXPECT_FALSE(slept.load()) << "the caller slept though it alone was awake on 2 CPUs";
+    else
+      EXPECT_TRUE(slept.load()) << "the caller polled though 2 awake clients fill 2 CPUs";
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_EQ(r->refs.size(), 1u);
+  }
 }
 
 // A full request ring waits for room and lets the owner read its answers meanwhile (the

@@ -12,6 +12,7 @@
 #include "kvpool/core/clock.hpp"
 #include "kvpool/core/layout.hpp"
 #include "kvpool/core/version.hpp"
+#include "kvpool/shm/cpu_share.hpp"
 
 namespace kvpool::metrics {
 namespace {
@@ -208,6 +209,13 @@ void collect_slots(const ctl::ControlView& v, std::vector<Family>& f) {
              "Clients in a call now (a request taken within the last 200 us); callers poll for "
              "their answer only while these and kvpoold fit engine_cpus.")
       .samples.push_back({"", {}, relaxed(h.stats.clients_busy)});
+  add_family(f, "clients_awake", "gauge",
+             "Of the clients in a call, those not asleep on their doorbell (each wants a core); "
+             "callers poll only while these and kvpoold fit engine_cpus.")
+      .samples.push_back(
+          {"",
+           {},
+           shm::clients_competing(relaxed(h.stats.clients_busy), relaxed(h.stats.clients_awake))});
 }
 
 void collect_daemon_counters(const shm::ControlHeader& h, std::vector<Family>& f) {

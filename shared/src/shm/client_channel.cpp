@@ -200,7 +200,8 @@ bool ClientChannel::may_poll() const {
   const ControlHeader& c = control();
   if ((c.daemon_sleeping.load(std::memory_order_relaxed) >> 1) == cpu_tag()) return false;
   // relaxed: hints, a moment old; the header always covers them (stats since minor 0).
-  return polling_pays(c.stats.clients_busy.load(std::memory_order_relaxed),
+  return polling_pays(clients_competing(c.stats.clients_busy.load(std::memory_order_relaxed),
+                                        c.stats.clients_awake.load(std::memory_order_relaxed)),
                       c.stats.engine_cpus.load(std::memory_order_relaxed));
 }
 

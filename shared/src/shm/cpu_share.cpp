@@ -11,6 +11,7 @@ namespace kvpool::shm {
 // The gauges took reserved bytes of ControlStats: where docs/shm-format.md says they are.
 static_assert(offsetof(ControlStats, engine_cpus) == 88);
 static_assert(offsetof(ControlStats, clients_busy) == 96);
+static_assert(offsetof(ControlStats, clients_awake) == 104);
 
 uint32_t allowed_cpu_count() {
   cpu_set_t set;

@@ -1,13 +1,19 @@
 // Whether a caller that waits for kvpoold's answer should poll for it or sleep at once, from
-// what the engine publishes about the cores (ControlStats::engine_cpus, clients_busy;
-// docs/performance.md, "Many clients, few cores").
+// what the engine publishes about the cores (ControlStats::engine_cpus, clients_busy,
+// clients_awake; docs/performance.md, "Many clients, few cores").
 //
 // Polling pays only while a core is free for it. kvpoold's engine needs one core, and every
-// client in a call needs one to read its answer and send the next request. With more of
-// them than cores, a caller that polls holds a core the engine or a woken client needs (on
-// the 2-core development VM the engine was preempted on about half of all calls once two or
-// more clients called flat out), so it sleeps on its doorbell at once and the engine's
-// futex wake hands it the answer.
+// client that is awake needs one: to poll, or to read its answer and send the next request.
+// With more of them than cores, a caller that polls holds a core the engine or a woken
+// client needs (on the 2-core development VM the engine was preempted on about half of all
+// calls once two or more clients called flat out), so it sleeps on its doorbell at once and
+// the engine's futex wake hands it the answer.
+//
+// The clients that count are the awake ones, not every client in a call: a client asleep
+// on its doorbell holds no core. Counting every busy client made two flat-out clients on
+// two cores both sleep on every call (0.40x of one client's rate on an idle 2-core VM);
+// counting the awake ones lets one of them poll while the other sleeps (0.75x; figures in
+// docs/performance.md).
 #pragma once
 
 #include <cstdint>
@@ -19,11 +25,20 @@ namespace kvpool::shm {
 // and far below the gaps of an engine's cadence (milliseconds).
 inline constexpr uint64_t kBusyWindowNs = 200'000;
 
-// True when a caller may poll: the engine and the busy clients (which include the caller
-// once the engine has seen its request) fit the engine's CPUs. engine_cpus 0 is a daemon that
-// does not publish them: poll, as callers always did.
-inline constexpr bool polling_pays(uint64_t clients_busy, uint64_t engine_cpus) {
-  return engine_cpus == 0 || clients_busy + 1 <= engine_cpus;
+// Set in ControlStats::clients_awake by a daemon that publishes it; the count is below it.
+inline constexpr uint64_t kAwakePublished = uint64_t{1} << 63;
+
+// The clients that compete for the engine's cores: the awake ones when the daemon publishes
+// them, else (an older daemon) every client in a call.
+inline constexpr uint64_t clients_competing(uint64_t clients_busy, uint64_t clients_awake) {
+  return (clients_awake & kAwakePublished) != 0 ? clients_awake & ~kAwakePublished : clients_busy;
+}
+
+// True when a caller may poll: the engine and the competing clients (which include the
+// caller once the engine has seen its request) fit the engine's CPUs. engine_cpus 0 is a
+// daemon that does not publish them: poll, as callers always did.
+inline constexpr bool polling_pays(uint64_t clients_competing, uint64_t engine_cpus) {
+  return engine_cpus == 0 || clients_competing + 1 <= engine_cpus;
 }
 
 // The CPUs the calling thread may run on (sched_getaffinity), at least 1.

@@ -120,6 +120,13 @@ class RingProducer {
                                      header_->tail.load(std::memory_order_relaxed);
   }
 
+  // Whether the consumer says it sleeps on its doorbell (kvpoold: whether a client waiting
+  // for its answer holds a core; shm/cpu_share.hpp). A hint, written by the consumer.
+  bool consumer_asleep() const {
+    return header_ != nullptr &&
+           header_->consumer_bell.sleeping.load(std::memory_order_relaxed) != 0;
+  }
+
   size_t capacity() const { return capacity_; }
   uint32_t max_payload() const { return max_ring_payload(capacity_); }
   // Ok, or the first error that made the view unusable (sticky).

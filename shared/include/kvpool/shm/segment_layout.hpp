@@ -80,9 +80,13 @@ struct ControlStats {
   // CPUs kvpoold's engine may run on, stored once before kReady. clients_busy: clients in a
   // call right now as the engine saw them on its last pass (a request taken within the last
   // kBusyWindowNs, or an answer not read yet); relaxed, stored when it changes.
+  // clients_awake: of those, the ones whose response doorbell does not say they sleep (they
+  // poll, or run, or wait for a core: each wants one), with shm::kAwakePublished set; zero
+  // from daemons before it, whose callers fall back to clients_busy.
   std::atomic<uint64_t> engine_cpus;
   std::atomic<uint64_t> clients_busy;
-  std::atomic<uint64_t> reserved[3];
+  std::atomic<uint64_t> clients_awake;
+  std::atomic<uint64_t> reserved[2];
 };
 static_assert(sizeof(ControlStats) == 128);
 
