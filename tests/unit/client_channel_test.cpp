@@ -333,9 +333,23 @@ TEST(CpuShare, PollingPaysOnlyWhileTheEngineAndTheBusyClientsFitItsCpus) {
   EXPECT_FALSE(polling_pays(clients_competing(16, kAwakePublished | 2), 2));
 }
 
+// The daemon side of a wait-policy test: watches the caller's response doorbell for at most
+// `window` (until it says it sleeps), then answers `corr` with one block. Returns whether
+// the caller said it sleeps within the window.
+bool answer_after_watching(FakeDaemon& d, uint64_t corr, std::chrono::milliseconds window) {
+  Doorbell& bell = d.seg.responses->consumer_bell;
+  bool slept = false;
+  const auto until = std::chrono::steady_clock::now() + window;
+  while (!slept && std::chrono::steady_clock::now() < until)
+    slept = bell.sleeping.load(std::memory_order_acquire) != 0;
+  d.answer(corr, {{4, 2}});
+  return slept;
+}
+
 // While the busy clients outnumber the engine's cores a caller sleeps on its doorbell at
-// once, when the daemon does not say how many of them are awake (one before clients_awake). Its poll budget here is 10 s and kvpoold has already taken its request, so a caller
-// that polled would still be polling when this test stops waiting for it to sleep (5 s).
+// once, when the daemon does not say how many of them are awake (one before clients_awake).
+// Its poll budget here is 10 s and kvpoold has already taken its request, so a caller that
+// polled would still be polling when this test stops waiting for it to sleep (5 s).
 TEST(ClientChannel, ACallerSleepsAtOnceWhileTheBusyClientsOutnumberTheEnginesCpus) {
   FakeDaemon d;
   d.control.header().stats.engine_cpus.store(2, std::memory_order_relaxed);
@@ -347,16 +361,8 @@ TEST(ClientChannel, ACallerSleepsAtOnceWhileTheBusyClientsOutnumberTheEnginesCpu
   ASSERT_TRUE(corr.is_ok());
   d.take();  // started: only the busy count can stop the caller's poll
   std::atomic<bool> slept{false};
-  std::thread daemon_side([&] {
-    Doorbell& bell = d.seg.responses->consumer_bell;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (std::chrono::steady_clock::now() < until)
-      if (bell.sleeping.load(std::memory_order_acquire) != 0) {
-        slept = true;
-        break;
-      }
-    d.answer(*corr, {{4, 2}});
-  });
+  std::thread daemon_side(
+      [&] { slept = answer_after_watching(d, *corr, std::chrono::seconds(5)); });
   auto r = ch->wait(*corr, [](uint64_t, Answer&&) {});
   daemon_side.join();
   EXPECT_TRUE(slept.load()) << "the caller polled though 2 busy clients fill 2 CPUs";
@@ -383,19 +389,11 @@ TEST(ClientChannel, ACallerPollsWhileTheAwakeClientsFitTheEnginesCpus) {
     auto corr = ch->send(proto::Opcode::kPing, 0, 0, nullptr, 0, kNothing);
     ASSERT_TRUE(corr.is_ok());
     d.take();
+    // Polling is judged over 200 ms; sleeping as soon as the flag shows (5 s at most).
+    const std::chrono::milliseconds window =
+        awake == 1 ? std::chrono::milliseconds(200) : std::chrono::seconds(5);
     std::atomic<bool> slept{false};
-    std::thread daemon_side([&] {
-      Doorbell& bell = d.seg.responses->consumer_bell;
-      // Polling is judged over 200 ms; sleeping as soon as the flag shows (5 s at most).
-      const auto until = std::chrono::steady_clock::now() +
-                         (awake == 1 ? std::chrono::milliseconds(200) : std::chrono::seconds(5));
-      while (std::chrono::steady_clock::now() < until)
-        if (bell.sleeping.load(std::memory_order_acquire) != 0) {
-          slept = true;
-          break;
-        }
-      d.answer(*corr, {{4, 2}});
-    });
+    std::thread daemon_side([&] { slept = answer_after_watching(d, *corr, window); });
     auto r = ch->wait(*corr, [](uint64_t, Answer&&) {});
     daemon_side.join();
     if (awake == 1)
