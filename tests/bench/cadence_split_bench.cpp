@@ -3,9 +3,12 @@
 // handles; dropping the result queues 64 releases and sends them as one record) against
 // kvpoold's rings raw (tests/support RawConnection: the same request, then the release
 // record posted by hand), alternating call by call in one process against one kvpoold, with
-// the caller sleeping the gap (clock_nanosleep) before each call. Prints p50s; a benchmark,
-// no thresholds. (docs/performance.md, "libkvpool against its raw rings at a cadence".)
-//   kvpool_cadence_split_bench [--gaps 0,1,5,20] [--samples N] [--reps R]
+// the caller sleeping the gap (clock_nanosleep) before each call. `--op step` times an
+// engine step instead, phase by phase: match-64, allocate-16, commit them (hashing their
+// tokens; the raw side hashes the same pages), register-16, and the drop of everything.
+// Prints p50s; a benchmark, no thresholds. (docs/performance.md, "libkvpool against its raw
+// rings at a cadence".)
+//   kvpool_cadence_split_bench [--op match|step] [--gaps 0,1,5,20] [--samples N] [--reps R]
 // Starts its own kvpoold (KVPOOLD overrides the binary).
 #include <time.h>
 
@@ -31,6 +34,7 @@ namespace {
 
 constexpr uint32_t kBatch = 64;
 constexpr uint32_t kRegistered = 1024;
+constexpr uint32_t kStep = 16;  // an engine step's new blocks
 
 double us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -74,23 +78,99 @@ std::vector<uint64_t> fill(Pool& pool) {
   return hashes;
 }
 
-struct Split {
-  std::vector<double> call, release, all;
-  void add(Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
-    call.push_back(us(t0, t1));
-    release.push_back(us(t1, t2));
-    all.push_back(us(t0, t2));
+// One sample's time stamps, phase by phase; p50 of each phase and of the whole.
+struct Phases {
+  std::vector<std::vector<double>> of;
+  std::vector<double> all;
+  void add(std::span<const Clock::time_point> t) {
+    of.resize(t.size() - 1);
+    for (size_t i = 0; i + 1 < t.size(); ++i) of[i].push_back(us(t[i], t[i + 1]));
+    all.push_back(us(t.front(), t.back()));
   }
 };
+
+[[noreturn]] void fail(const char* what, const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+  std::exit(1);
+}
+
+// One page of tokens for step `seed`, block `i`: every step registers new blocks.
+std::vector<Token> step_tokens(uint64_t seed, uint32_t i, uint32_t page) {
+  std::vector<Token> t(page);
+  for (uint32_t k = 0; k < page; ++k) t[k] = static_cast<Token>(seed * 7919 + i * 131 + k);
+  return t;
+}
+
+// match-64, then (step) allocate-16, fill and commit them, register them; then drop it all.
+void lib_sample(Pool& pool, std::span<const uint64_t> q, bool step, uint64_t seed,
+                std::vector<Clock::time_point>& t) {
+  t.assign(1, Clock::now());
+  {
+    auto m = pool.match_sequence_hashes(q);
+    t.push_back(Clock::now());
+    if (!m || m->size() != kBatch) fail("libkvpool match", m ? Status::ok() : m.status());
+    std::vector<ImmutableBlock> imm;
+    if (step) {
+      auto a = pool.allocate_blocks(kStep);
+      t.push_back(Clock::now());
+      if (!a) fail("libkvpool allocate", a.status());
+      for (uint32_t i = 0; i < kStep; ++i) {
+        auto& b = (*a)[i];
+        (void)b.init_sequence(seed);
+        (void)b.add_tokens(step_tokens(seed, i, pool.page_size()));
+        (void)b.commit();
+      }
+      t.push_back(Clock::now());
+      auto r = pool.register_blocks(std::move(*a));
+      t.push_back(Clock::now());
+      if (!r) fail("libkvpool register", r.status());
+      imm = std::move(*r);
+    }
+  }  // everything is dropped here: its releases
+  t.push_back(Clock::now());
+}
+
+// The same records through the raw rings: the hashes computed as commit() does, the
+// releases posted by hand as one record.
+void raw_sample(testsupport::RawConnection& raw, std::span<const uint64_t> q, bool step,
+                uint64_t seed, uint32_t page, std::vector<Clock::time_point>& t) {
+  t.assign(1, Clock::now());
+  auto m = raw.call(proto::Opcode::kMatch, 0, kBatch, q.data(), q.size_bytes());
+  t.push_back(Clock::now());
+  if (!m || m->refs.size() != kBatch) fail("raw match", m ? Status::ok() : m.status());
+  std::vector<pool::BlockRef> refs = std::move(m->refs);
+  if (step) {
+    auto a = raw.call(proto::Opcode::kAllocate, 0, kStep, nullptr, 0);
+    t.push_back(Clock::now());
+    if (!a || a->refs.size() != kStep) fail("raw allocate", a ? Status::ok() : a.status());
+    std::vector<pool::RegisterItem> items(kStep);
+    for (uint32_t i = 0; i < kStep; ++i) {
+      const BlockHash h = compute_block_hash(step_tokens(seed, i, page), seed);
+      items[i] = {a->refs[i], h, h, 0, 0, 0};
+    }
+    t.push_back(Clock::now());
+    auto r = raw.call(proto::Opcode::kRegister, 0, kStep, items.data(),
+                      items.size() * sizeof(items[0]));
+    t.push_back(Clock::now());
+    if (!r || r->code != ErrorCode::kOk) fail("raw register", r ? r->status() : r.status());
+    refs.insert(refs.end(), r->refs.begin(), r->refs.end());
+  }
+  auto posted = raw.send(proto::Opcode::kReleaseImmutable, 0, static_cast<uint32_t>(refs.size()),
+                         refs.data(), refs.size() * sizeof(refs[0]));
+  if (!posted) fail("raw release", posted.status());
+  t.push_back(Clock::now());
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<double> gaps = {0, 1, 5, 20};
   int samples = 300, reps = 1;
+  bool step = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--samples")) samples = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--op")) step = !std::strcmp(argv[i + 1], "step");
     if (!std::strcmp(argv[i], "--gaps")) {
       gaps.clear();
       std::stringstream ss(argv[i + 1]);
@@ -128,48 +208,39 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "raw connect: %s\n", raw.status().to_string().c_str());
     return 1;
   }
-  std::printf(
-      "match-64 + release at a cadence, p50 us of %d samples a gap (x%d): call | release "
-      "| both\n",
-      samples, reps);
-  std::printf("%8s | %23s | %23s | %8s\n", "gap ms", "libkvpool", "raw rings", "lib/raw");
+  const char* what = step ? "an engine step (match-64, allocate-16, commit, register-16, drop)"
+                           : "match-64 + release";
+  const char* phases = step ? "match alloc commit reg drop" : "call release";
+  std::printf("%s at a cadence, p50 us of %d samples a gap (x%d): %s | all\n", what, samples, reps,
+              phases);
+  std::printf("%8s | %-40s | %-40s | %8s\n", "gap ms", "libkvpool", "raw rings", "lib/raw");
   std::mt19937_64 rng(1);
+  std::vector<Clock::time_point> t;
+  uint64_t seed = 1;
   for (int r = 0; r < reps; ++r)
     for (double gap : gaps) {
-      Split lib, ring;
+      Phases lib, ring;
       for (int s = 0; s < samples; ++s) {
         const size_t start = rng() % (hashes.size() - kBatch);
         const std::span<const uint64_t> q(hashes.data() + start, kBatch);
         nap(gap);
-        auto t0 = Clock::now(), t1 = t0;
-        {
-          auto m = pool->match_sequence_hashes(q);
-          t1 = Clock::now();
-          if (!m || m->size() != kBatch) {
-            std::fprintf(stderr, "libkvpool match missed\n");
-            return 1;
-          }
-        }  // the result is dropped here: its 64 releases
-        lib.add(t0, t1, Clock::now());
+        lib_sample(*pool, q, step, seed++, t);
+        lib.add(t);
         nap(gap);
-        t0 = Clock::now();
-        auto m = (*raw)->call(proto::Opcode::kMatch, 0, kBatch, q.data(), q.size_bytes());
-        t1 = Clock::now();
-        if (!m || m->refs.size() != kBatch) {
-          std::fprintf(stderr, "raw match missed\n");
-          return 1;
-        }
-        auto posted =
-            (*raw)->send(proto::Opcode::kReleaseImmutable, 0, static_cast<uint32_t>(m->refs.size()),
-                         m->refs.data(), m->refs.size() * sizeof(m->refs[0]));
-        if (!posted) {
-          std::fprintf(stderr, "raw release: %s\n", posted.status().to_string().c_str());
-          return 1;
-        }
-        ring.add(t0, t1, Clock::now());
+        raw_sample(**raw, q, step, seed++, pool->page_size(), t);
+        ring.add(t);
       }
-      std::printf("%8.1f | %6.1f %6.1f %8.1f | %6.1f %6.1f %8.1f | %7.2fx\n", gap, p50(lib.call),
-                  p50(lib.release), p50(lib.all), p50(ring.call), p50(ring.release), p50(ring.all),
+      auto row = [](const Phases& p) {
+        std::string out;
+        char cell[32];
+        for (const auto& v : p.of) {
+          std::snprintf(cell, sizeof(cell), "%6.1f", p50(v));
+          out += cell;
+        }
+        std::snprintf(cell, sizeof(cell), " %8.1f", p50(p.all));
+        return out + cell;
+      };
+      std::printf("%8.1f | %-40s | %-40s | %7.2fx\n", gap, row(lib).c_str(), row(ring).c_str(),
                   p50(ring.all) > 0 ? p50(lib.all) / p50(ring.all) : 0);
     }
   raw->reset();
