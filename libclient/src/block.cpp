@@ -115,16 +115,25 @@ Result<const std::byte*> ImmutableBlock::address(uint32_t layer, uint32_t outer)
 
 namespace detail {
 namespace {
-// Entries start at the first multiple of their alignment after the slab header.
+// Entries start at the first multiple of their alignment after the slab header; the
+// dropped bits follow the entries.
 constexpr size_t kEntriesOffset = (sizeof(ImmutableSlab) + alignof(ImmutableEntry) - 1) /
                                   alignof(ImmutableEntry) * alignof(ImmutableEntry);
 static_assert(alignof(ImmutableSlab) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__ &&
               alignof(ImmutableEntry) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+static_assert(sizeof(ImmutableEntry) % alignof(std::atomic<uint64_t>) == 0);
+
+size_t bitmap_words(uint32_t count) { return (count + 63) / 64; }
 }  // namespace
 
 ImmutableEntry* ImmutableSlab::entries() {
   return std::launder(
       reinterpret_cast<ImmutableEntry*>(reinterpret_cast<std::byte*>(this) + kEntriesOffset));
+}
+
+std::atomic<uint64_t>* ImmutableSlab::dropped() {
+  return std::launder(reinterpret_cast<std::atomic<uint64_t>*>(
+      reinterpret_cast<std::byte*>(this) + kEntriesOffset + count * sizeof(ImmutableEntry)));
 }
 
 ImmutableSlab* ImmutableSlab::of(const ImmutableEntry* e) {
@@ -136,32 +145,78 @@ ImmutableSlab* ImmutableSlab::of(const ImmutableEntry* e) {
 ImmutableSlab* ImmutableSlab::create(std::shared_ptr<ClientImpl> c, uint32_t pool,
                                      uint32_t incarnation, std::span<const pool::BlockRef> refs,
                                      std::span<const SequenceHash> hashes) {
-  void* mem = ::operator new(kEntriesOffset + refs.size() * sizeof(ImmutableEntry));
+  const auto count = static_cast<uint32_t>(refs.size());
+  void* mem = ::operator new(kEntriesOffset + count * sizeof(ImmutableEntry) +
+                             bitmap_words(count) * sizeof(std::atomic<uint64_t>));
   auto* slab = new (mem) ImmutableSlab();
   slab->client = std::move(c);
   slab->pool = pool;
   slab->incarnation = incarnation;
-  slab->count = static_cast<uint32_t>(refs.size());
-  slab->live.store(slab->count, std::memory_order_relaxed);
+  slab->count = count;
+  slab->live.store(count, std::memory_order_relaxed);
   auto* first = reinterpret_cast<std::byte*>(mem) + kEntriesOffset;
-  for (uint32_t i = 0; i < slab->count; ++i) {
+  for (uint32_t i = 0; i < count; ++i) {
     auto* e = new (first + i * sizeof(ImmutableEntry)) ImmutableEntry();
     e->index = i;
     e->ref = refs[i];
     e->sequence_hash = hashes[i];
   }
+  auto* bits = first + count * sizeof(ImmutableEntry);
+  for (size_t w = 0; w < bitmap_words(count); ++w)
+    new (bits + w * sizeof(std::atomic<uint64_t>)) std::atomic<uint64_t>(0);
   return slab;
 }
 
 void ImmutableSlab::drop(ImmutableEntry* e) {
   ImmutableSlab* slab = of(e);
-  if (slab->client)
-    slab->client->release(slab->pool, slab->incarnation, /*immutable=*/true, e->ref);
+  ClientImpl* c = slab->client.get();
+  if (c != nullptr) {
+    // seq_cst, with the load of `listed` below: a sweep stores listed = false, then takes
+    // the bits (give_back_deferred). Either it takes ours, or we see the slab unlisted and
+    // list it again: a dropped reference is never left behind unlisted.
+    slab->dropped()[e->index / 64].fetch_or(uint64_t{1} << (e->index % 64),
+                                            std::memory_order_seq_cst);
+    // Others of the answer live on: list the slab so that the reference goes back soon even
+    // if they stay held. Before our `live` decrement, so the slab cannot go meanwhile.
+    if (slab->live.load(std::memory_order_relaxed) > 1 &&
+        !slab->listed.load(std::memory_order_seq_cst) &&
+        !slab->listed.exchange(true, std::memory_order_seq_cst)) {
+      slab->holds.fetch_add(1, std::memory_order_relaxed);  // the list's
+      c->defer(slab);
+    }
+  }
   if (slab->live.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  ImmutableEntry* es = slab->entries();
-  for (uint32_t i = 0; i < slab->count; ++i) es[i].~ImmutableEntry();
-  slab->~ImmutableSlab();
-  ::operator delete(static_cast<void*>(slab));
+  // The answer's last block: everything still here goes back now, as one batch.
+  if (c != nullptr) slab->give_back(*c);
+  std::shared_ptr<ClientImpl> client = std::move(slab->client);  // after the slab's hold
+  slab->unhold();
+}
+
+void ImmutableSlab::give_back(ClientImpl& c) {
+  pool::BlockRef batch[64];
+  size_t n = 0;
+  ImmutableEntry* es = entries();
+  std::atomic<uint64_t>* bits = dropped();
+  for (size_t w = 0; w < bitmap_words(count); ++w) {
+    // Each bit is taken once, by whoever exchanges it out: the last drop or a sweep.
+    if (bits[w].load(std::memory_order_seq_cst) == 0) continue;
+    for (uint64_t b = bits[w].exchange(0, std::memory_order_seq_cst); b != 0; b &= b - 1) {
+      batch[n++] = es[w * 64 + static_cast<size_t>(__builtin_ctzll(b))].ref;
+      if (n == std::size(batch)) {
+        c.release_immutables(pool, incarnation, {batch, n});
+        n = 0;
+      }
+    }
+  }
+  if (n > 0) c.release_immutables(pool, incarnation, {batch, n});
+}
+
+void ImmutableSlab::unhold() {
+  if (holds.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  ImmutableEntry* es = entries();
+  for (uint32_t i = 0; i < count; ++i) es[i].~ImmutableEntry();
+  this->~ImmutableSlab();
+  ::operator delete(static_cast<void*>(this));
 }
 
 }  // namespace detail

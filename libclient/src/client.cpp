@@ -541,7 +541,7 @@ Status Client::ping() {
   return r->status();
 }
 
-void Client::flush() { impl_->conn().flush(); }
+void Client::flush() { impl_->flush(); }
 bool Client::daemon_alive() const { return !impl_->conn().gone(); }
 uint32_t Client::slot() const { return impl_->conn().slot(); }
 

@@ -70,12 +70,17 @@ ClientImpl::ClientImpl(std::unique_ptr<Connection> c, std::string instance,
   for (size_t i = 0; i < n; ++i) mapped_by_[i].store(c.get(), std::memory_order_relaxed);
   for (const PoolView& p : c->pools()) held_.emplace_back(p.layout.config().num_blocks);
   current_.store(c.get(), std::memory_order_release);
+  c->set_upstream(this);
   connections_.push_back(std::move(c));
 }
 
 // Newest first: an older connection's lease thread has ended already (its daemon is gone).
 ClientImpl::~ClientImpl() {
+  for (auto& c : connections_) c->set_upstream(nullptr);
   while (!connections_.empty()) connections_.pop_back();
+  // Listed slabs whose last block went (no live slab outlives us: each keeps us): their
+  // references went back with that block; only the list's hold is left.
+  for (ImmutableSlab* s : deferred_) s->unhold();
 }
 
 Result<std::byte*> ClientImpl::base(uint32_t pool, bool readonly) const {
@@ -202,33 +207,92 @@ void ClientImpl::forget_mutable(uint32_t pool, std::span<const pool::BlockRef> r
   }
 }
 
+bool ClientImpl::let_go_locked(uint32_t pool, bool immutable, pool::BlockRef ref) {
+  HeldTable& t = held_[pool];
+  uint64_t w = t.load(ref.id);
+  if (HeldTable::generation_of(w) != ref.generation) return true;
+  const bool lost = (w & HeldTable::kLost) != 0;
+  if (immutable && (w & HeldTable::kCountMask) > 0) w -= 1;
+  if (!immutable) w &= ~HeldTable::kMutable;
+  // Another handle still holds the block: the one daemon reference stays (count_locked).
+  const bool still_held = immutable && (w & HeldTable::kCountMask) != 0;
+  if ((w & (HeldTable::kCountMask | HeldTable::kMutable)) == 0) w = 0;
+  t.store(ref.id, w);
+  return !lost && !still_held;  // lost: the daemon did not give it back to us
+}
+
 void ClientImpl::release(uint32_t pool, uint32_t incarnation, bool immutable, pool::BlockRef ref) {
   Connection* c = nullptr;
   {
     std::lock_guard lk(mu_);
     // A pool the new daemon did not keep: nothing of it is ours there.
     if (incarnation != this->incarnation(pool)) return;
-    HeldTable& t = held_[pool];
-    uint64_t w = t.load(ref.id);
-    if (HeldTable::generation_of(w) == ref.generation) {
-      const bool lost = (w & HeldTable::kLost) != 0;
-      if (immutable && (w & HeldTable::kCountMask) > 0) w -= 1;
-      if (!immutable) w &= ~HeldTable::kMutable;
-      // Another handle still holds the block: the one daemon reference stays (count_locked).
-      const bool still_held = immutable && (w & HeldTable::kCountMask) != 0;
-      if ((w & (HeldTable::kCountMask | HeldTable::kMutable)) == 0) w = 0;
-      t.store(ref.id, w);
-      if (lost || still_held) return;  // lost: the daemon did not give it back to us
-    }
+    if (!let_go_locked(pool, immutable, ref)) return;
     c = current_.load(std::memory_order_relaxed);
   }
   c->release(pool, immutable, ref);
+}
+
+void ClientImpl::release_immutables(uint32_t pool, uint32_t incarnation,
+                                    std::span<const pool::BlockRef> refs) {
+  pool::BlockRef out[64];
+  for (size_t at = 0; at < refs.size(); at += std::size(out)) {
+    const auto part = refs.subspan(at, std::min(refs.size() - at, std::size(out)));
+    size_t n = 0;
+    Connection* c = nullptr;
+    {
+      std::lock_guard lk(mu_);
+      if (incarnation != this->incarnation(pool)) return;  // as release()
+      for (const pool::BlockRef& r : part)
+        if (let_go_locked(pool, /*immutable=*/true, r)) out[n++] = r;
+      c = current_.load(std::memory_order_relaxed);
+    }
+    c->release(pool, /*immutable=*/true, std::span<const pool::BlockRef>(out, n));
+  }
+}
+
+void ClientImpl::defer(ImmutableSlab* slab) {
+  {
+    std::lock_guard lk(deferred_mutex_);
+    deferred_.push_back(slab);
+    deferred_count_.store(static_cast<uint32_t>(deferred_.size()), std::memory_order_relaxed);
+  }
+  conn().kick_lease();  // a parked lease thread must come to sweep it
+}
+
+void ClientImpl::give_back_deferred() {
+  std::vector<ImmutableSlab*> slabs;
+  {
+    std::lock_guard lk(deferred_mutex_);
+    slabs.swap(deferred_);
+    deferred_count_.store(0, std::memory_order_relaxed);
+  }
+  for (ImmutableSlab* s : slabs) {
+    // Unlisted before the bits are taken (seq_cst, with ImmutableSlab::drop): a reference
+    // dropped after our take lists the slab again.
+    s->listed.store(false, std::memory_order_seq_cst);
+    s->give_back(*this);
+    s->unhold();  // never the client's end: a slab keeps the client only while it lives
+  }
+}
+
+bool ClientImpl::run() {
+  give_back_deferred();
+  return true;
+}
+
+void ClientImpl::flush() {
+  if (deferred_count_.load(std::memory_order_relaxed) > 0) give_back_deferred();
+  conn().flush();
 }
 
 // ---- requests and reattach ----------------------------------------------------------------
 
 Result<Call> ClientImpl::send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
                               size_t item_bytes) {
+  // What our handles dropped goes first: the request may depend on it (room for an
+  // allocate), and the daemon must see releases in the order they were made.
+  if (deferred_count_.load(std::memory_order_relaxed) > 0) give_back_deferred();
   auto c = usable();
   if (!c) return c.status();
   auto corr = (*c)->send(op, pool, count, items, item_bytes);
@@ -294,6 +358,7 @@ Result<Connection*> ClientImpl::reattach_locked(Connection* dead, std::chrono::m
     Status claimed = claim_back(*from, **fresh, &successor_died);
     if (!claimed.is_ok()) return claimed;  // the new connection goes; the next call retries
     Connection* now = fresh->get();
+    now->set_upstream(this);
     connections_.push_back(std::move(fresh.value()));
     current_.store(now, std::memory_order_release);
     if (!successor_died) return now;

@@ -155,7 +155,7 @@ Connection::~Connection() {
   if (!channel_) return;
   if (!gone()) {
     std::lock_guard lk(send_mutex_);
-    (void)flush_locked();
+    (void)flush_locked(/*now=*/true);
   }
   channel_->stop();  // before the members its lease thread's work uses go
 }
@@ -163,12 +163,18 @@ Connection::~Connection() {
 // ---- the lease thread's work -------------------------------------------------------------
 
 bool Connection::pending() const {
-  return pending_count_.load(std::memory_order_relaxed) > 0 ||
-         abandoned_count_.load(std::memory_order_relaxed) > 0;
+  if (pending_count_.load(std::memory_order_relaxed) > 0 ||
+      abandoned_count_.load(std::memory_order_relaxed) > 0)
+    return true;
+  const shm::LeaseWork* up = upstream_.load(std::memory_order_acquire);
+  return up != nullptr && up->pending();
 }
 
 // try_lock: a caller holding either lock sends or reads anyway.
 bool Connection::run() {
+  // The client's dropped references first: they join our batch below.
+  if (shm::LeaseWork* up = upstream_.load(std::memory_order_acquire); up && up->pending())
+    (void)up->run();
   // Answers whose futures were dropped unread: give back what they carry.
   if (abandoned_count_.load(std::memory_order_relaxed) > 0) {
     LaterReleases later{this, {}};
@@ -177,7 +183,7 @@ bool Connection::run() {
   }
   if (pending_count_.load(std::memory_order_relaxed) == 0) return false;
   std::unique_lock lk(send_mutex_, std::try_to_lock);
-  if (lk.owns_lock()) (void)flush_locked();
+  if (lk.owns_lock()) (void)flush_locked(/*now=*/true);
   return true;
 }
 
@@ -210,7 +216,7 @@ void Connection::drain_if_free() {
   }
 }
 
-Status Connection::flush_locked() {
+Status Connection::flush_locked(bool now) {
   if (pending_.empty()) return Status::ok();
   for (auto& p : pending_) {
     if (p.refs.empty()) continue;
@@ -231,7 +237,10 @@ Status Connection::flush_locked() {
   }
   pending_.clear();
   pending_count_.store(0, std::memory_order_relaxed);
-  channel_->publish();
+  if (now)
+    channel_->publish();
+  else
+    channel_->publish_deferred();
   return Status::ok();
 }
 
@@ -242,6 +251,13 @@ void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
   queue_release_locked(pool, immutable, ref);
 }
 
+void Connection::release(uint32_t pool, bool immutable, std::span<const pool::BlockRef> refs) {
+  if (refs.empty() || gone()) return;
+  if (fork_generation() != fork_generation_) return;
+  std::lock_guard lk(send_mutex_);
+  for (const pool::BlockRef& r : refs) queue_release_locked(pool, immutable, r);
+}
+
 void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref) {
   if (pending_.empty() || pending_.back().pool != pool || pending_.back().immutable != immutable) {
     pending_.push_back(PendingRelease{pool, immutable, {}});
@@ -250,7 +266,9 @@ void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::Block
   pending_.back().refs.push_back(ref);
   const uint32_t queued = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (queued >= kReleaseBatch) {
-    (void)flush_locked();
+    // A full batch goes out now, but a parked daemon is not woken for it: an engine drops
+    // its step's handles and sleeps; the next request (or a lease tick) wakes the daemon.
+    (void)flush_locked(/*now=*/false);
   } else if (queued == 1) {
     // The first of a batch: the lease thread flushes it within one tick.
     channel_->kick_if_parked();
@@ -259,7 +277,7 @@ void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::Block
 
 void Connection::flush() {
   std::lock_guard lk(send_mutex_);
-  (void)flush_locked();
+  (void)flush_locked(/*now=*/true);
 }
 
 Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t count,
@@ -267,7 +285,8 @@ Result<uint64_t> Connection::send(proto::Opcode op, uint32_t pool, uint32_t coun
   KVPOOL_RETURN_IF_ERROR(check_usable());
   std::lock_guard lk(send_mutex_);
   // Releases first: the daemon must see them before a request that may depend on them.
-  if (!pending_.empty()) KVPOOL_RETURN_IF_ERROR(flush_locked());
+  // (The request's own publish wakes the daemon for both.)
+  if (!pending_.empty()) KVPOOL_RETURN_IF_ERROR(flush_locked(/*now=*/false));
   return channel_->send(op, pool, count, items, item_bytes, [this] { drain_if_free(); });
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -111,7 +112,14 @@ class Connection : private shm::LeaseWork {
   // Batched fire-and-forget releases; sent when 64 are queued, before the next request,
   // on flush(), or by the lease thread within ~10 ms.
   void release(uint32_t pool, bool immutable, pool::BlockRef ref);
+  // The same for many, under one lock.
+  void release(uint32_t pool, bool immutable, std::span<const pool::BlockRef> refs);
   void flush();
+  // Work of the client above that the lease thread runs on its ticks too (ClientImpl's
+  // references dropped but not given back yet). Null to stop; `w` outlives the setting.
+  void set_upstream(shm::LeaseWork* w) { upstream_.store(w, std::memory_order_release); }
+  // Wakes the lease thread if it parked: the upstream work just became pending.
+  void kick_lease() { channel_->kick_if_parked(); }
   // The answer to `correlation_id` will never be read (its future was dropped): release
   // the blocks it carries once it arrives (`immutable`: references, else mutable blocks).
   // `on_failure`: mutable blocks the request handed over (a register's), given back when
@@ -128,7 +136,9 @@ class Connection : private shm::LeaseWork {
   // The lease thread's work (shm::LeaseWork): batched releases and abandoned answers.
   bool pending() const override;
   bool run() override;
-  Status flush_locked();                                                         // send_mutex_ held
+  // `now`: wake a parked daemon for them at once (flush(), the lease thread), else leave
+  // that to the lease thread's next tick (shm::ClientChannel::publish_deferred).
+  Status flush_locked(bool now);                                                 // send_mutex_ held
   void drain_if_free();                                                          // send_mutex_ held
   void queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref);  // send_mutex_
   // Releases gathered under recv_mutex_, made when this is destroyed (after the lock).
@@ -153,6 +163,7 @@ class Connection : private shm::LeaseWork {
   };
   std::vector<PendingRelease> pending_;
   std::atomic<uint32_t> pending_count_{0};
+  std::atomic<shm::LeaseWork*> upstream_{nullptr};
 
   std::mutex recv_mutex_;               // the channel's receiving side
   bool reading_ = false;                // a thread reads the answer ring (wait())

@@ -205,28 +205,40 @@ TEST(DynamoPool, BlockingApi) {
 
 // The handles of one answer share one allocation but not one fate: each block's reference
 // goes back when that block's last copy goes, whatever happens to its neighbours.
+// Registers the reference sequence [1..4],[5..8],[9..12] (kSeq1, kSeq12, kSeq123), lets
+// it go and waits until the daemon caches all three; returns their block ids.
+std::vector<uint32_t> register_reference_sequence(Client& c, Pool& p, DaemonView& v) {
+  auto blocks = p.allocate_blocks(3);
+  EXPECT_TRUE(blocks) << blocks.status().to_string();
+  if (!blocks) return {};
+  SequenceHash parent = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    MutableBlock& b = (*blocks)[i];
+    EXPECT_TRUE(i == 0 ? b.init_sequence(1337).is_ok() : b.init_sequence(1337, parent).is_ok());
+    for (Token t = 1; t <= 4; ++t) EXPECT_TRUE(b.add_token(i * 4 + t).is_ok());
+    EXPECT_TRUE(b.commit().is_ok());
+    parent = *b.sequence_hash();
+  }
+  auto reg = p.register_blocks(std::move(*blocks));
+  EXPECT_TRUE(reg) << reg.status().to_string();
+  if (!reg) return {};
+  std::vector<uint32_t> ids;
+  for (const ImmutableBlock& b : *reg) ids.push_back(b.block_id());
+  reg->clear();
+  c.flush();
+  wait_counts(v, Want{-1, 0, 0, 3});
+  return ids;
+}
+
 TEST(DynamoPool, EachBlockOfAnAnswerIsReleasedWithItsOwnLastCopy) {
   DaemonProcess d;
   d.start();
   auto v = d.view();
   Client c = connect_client(d);
   Pool p = pool_of(c);
-  auto blocks = p.allocate_blocks(3);
-  ASSERT_TRUE(blocks) << blocks.status().to_string();
-  SequenceHash parent = 0;
-  for (uint32_t i = 0; i < 3; ++i) {
-    MutableBlock& b = (*blocks)[i];
-    ASSERT_TRUE(i == 0 ? b.init_sequence(1337).is_ok() : b.init_sequence(1337, parent).is_ok());
-    for (Token t = 1; t <= 4; ++t) ASSERT_TRUE(b.add_token(i * 4 + t).is_ok());
-    ASSERT_TRUE(b.commit().is_ok());
-    parent = *b.sequence_hash();
-  }
-  auto reg = p.register_blocks(std::move(*blocks));
-  ASSERT_TRUE(reg) << reg.status().to_string();
-  const uint32_t id0 = (*reg)[0].block_id(), id1 = (*reg)[1].block_id(), id2 = (*reg)[2].block_id();
-  reg->clear();
-  c.flush();
-  wait_counts(v, Want{-1, 0, 0, 3});
+  const std::vector<uint32_t> ids = register_reference_sequence(c, p, v);
+  ASSERT_EQ(ids.size(), 3u);
+  const uint32_t id0 = ids[0], id1 = ids[1], id2 = ids[2];
 
   auto m = p.match_sequence_hashes(std::vector<SequenceHash>{kSeq1, kSeq12, kSeq123});
   ASSERT_TRUE(m) << m.status().to_string();
@@ -249,6 +261,32 @@ TEST(DynamoPool, EachBlockOfAnAnswerIsReleasedWithItsOwnLastCopy) {
   EXPECT_EQ(state_of(v, id1), code(BlockStateCode::kActive)) << "one copy is left";
   kept2 = ImmutableBlock();  // the last copy
   c.flush();
+  wait_counts(v, Want{-1, 0, 0, 3});
+  expect_invariants(v);
+}
+
+// A dropped block's reference waits in its answer's slab for the batch (the answer's last
+// block, the next request or flush(), or a lease tick). With another block of the answer
+// still held and no call after the drop, the lease thread's tick sends it: holding one
+// block must not pin the others, even in a client that goes quiet.
+TEST(DynamoPool, DroppedBlocksOfAHeldAnswerGoBackWithoutAnotherCall) {
+  DaemonProcess d;
+  d.start();
+  auto v = d.view();
+  Client c = connect_client(d);
+  Pool p = pool_of(c);
+  const std::vector<uint32_t> ids = register_reference_sequence(c, p, v);
+  ASSERT_EQ(ids.size(), 3u);
+  auto m = p.match_sequence_hashes(std::vector<SequenceHash>{kSeq1, kSeq12, kSeq123});
+  ASSERT_TRUE(m) << m.status().to_string();
+  ASSERT_EQ(m->size(), 3u);
+  ImmutableBlock kept = (*m)[1];
+  m->clear();  // no flush, no request from here on
+  wait_counts(v, Want{-1, 0, 1, 2});
+  EXPECT_EQ(state_of(v, ids[0]), code(BlockStateCode::kInactive));
+  EXPECT_EQ(state_of(v, ids[1]), code(BlockStateCode::kActive));
+  EXPECT_EQ(state_of(v, ids[2]), code(BlockStateCode::kInactive));
+  kept.reset();  // the answer's last block: its reference goes too
   wait_counts(v, Want{-1, 0, 0, 3});
   expect_invariants(v);
 }

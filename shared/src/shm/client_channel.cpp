@@ -127,7 +127,9 @@ void ClientChannel::kick_if_parked() {
 
 void ClientChannel::lease_main(LeaseWork* work) {
   pollfd fds[2] = {{sock_.get(), POLLIN | POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
-  auto pending = [work] { return work != nullptr && work->pending(); };
+  auto pending = [this, work] {
+    return bell_owed_.load(std::memory_order_relaxed) || (work != nullptr && work->pending());
+  };
   uint32_t linger = 0;  // quiet ticks left before parking
   while (!stop_.load(std::memory_order_acquire)) {
     // An idle client costs nothing: with no work and none recently, park until the daemon
@@ -161,7 +163,19 @@ void ClientChannel::lease_main(LeaseWork* work) {
       if (!has_work) continue;  // let the work gather for one tick first
     }
     if (work != nullptr && work->run()) linger = kLingerTicks;
+    ring_if_owed();
   }
+}
+
+void ClientChannel::ring_if_owed() {
+  // acquire: pairs with publish_deferred's release, so the tail it published is seen.
+  if (!bell_owed_.exchange(false, std::memory_order_acquire)) return;
+  // The Dekker of publish(), once more: the tail is visible, then we look whether the
+  // daemon parks. A daemon that parked after taking our records costs one spurious wake.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!requests_.consumer_caught_up() &&
+      (control().daemon_sleeping.load(std::memory_order_relaxed) & 1u) != 0)
+    write_one(bell_.get());
 }
 
 void ClientChannel::mark_gone() {
@@ -232,6 +246,19 @@ void ClientChannel::publish() {
   // One of us sees the other's store: the request is found, or the eventfd rung.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if ((control().daemon_sleeping.load(std::memory_order_relaxed) & 1u) != 0) write_one(bell_.get());
+}
+
+void ClientChannel::publish_deferred() {
+  requests_.publish();
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // as publish()
+  if ((control().daemon_sleeping.load(std::memory_order_relaxed) & 1u) == 0) return;
+  if (!lease_thread_.joinable()) {
+    write_one(bell_.get());  // nobody to ring later
+    return;
+  }
+  bell_owed_.store(true, std::memory_order_release);
+  // Parked (no release for a second): wake the thread, which rings at its next tick.
+  kick_if_parked();
 }
 
 Result<uint64_t> ClientChannel::send(proto::Opcode op, uint32_t pool, uint32_t count,

@@ -122,6 +122,13 @@ class ClientChannel {
   Result<void*> claim(uint32_t type, uint32_t len, const std::function<void()>& on_full);
   // Makes every claimed record visible and wakes the daemon if it parks.
   void publish();
+  // The same for records that may wait a tick (releases): a parked daemon is not woken
+  // here; the lease thread rings for them at its next tick (~10 ms) if the daemon has not
+  // taken them by then, and a request published before that rings for them at once.
+  // Ringing costs the caller an eventfd write and, on a small host, the daemon's wake-up
+  // on the caller's own core: 15-20 us of an engine step's drop (docs/performance.md).
+  // Without a lease thread (before start()) it rings as publish() does.
+  void publish_deferred();
   // One request (RequestHeader + items) with the next correlation id, published; returns
   // the id. kInvalidArgument when it cannot fit one record.
   Result<uint64_t> send(proto::Opcode op, uint32_t pool, uint32_t count, const void* items,
@@ -142,6 +149,9 @@ class ClientChannel {
  private:
   ClientChannel(ClientAttach& attach, const ChannelOptions& options);
   void lease_main(LeaseWork* work);
+  // The lease thread's half of publish_deferred(): rings if a bell is owed and the daemon
+  // still parks with records of ours unread.
+  void ring_if_owed();
   void mark_gone();
   Status check_heartbeat(const std::string& when) const;
   bool may_poll() const;
@@ -162,6 +172,8 @@ class ClientChannel {
   std::atomic<bool> gone_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> lease_parked_{false};
+  // publish_deferred() found the daemon parked and left the bell to the lease thread.
+  std::atomic<bool> bell_owed_{false};
   UniqueFd stop_fd_;  // eventfd: stops or kicks the lease thread
   std::thread lease_thread_;
 };
