@@ -80,7 +80,11 @@ ClientImpl::~ClientImpl() {
   while (!connections_.empty()) connections_.pop_back();
   // Listed slabs whose last block went (no live slab outlives us: each keeps us): their
   // references went back with that block; only the list's hold is left.
-  for (ImmutableSlab* s : deferred_) s->unhold();
+  for (ImmutableSlab* s = deferred_.exchange(nullptr); s != nullptr;) {
+    ImmutableSlab* next = s->next_deferred;
+    s->unhold();
+    s = next;
+  }
 }
 
 Result<std::byte*> ClientImpl::base(uint32_t pool, bool readonly) const {
@@ -252,27 +256,25 @@ void ClientImpl::release_immutables(uint32_t pool, uint32_t incarnation,
 }
 
 void ClientImpl::defer(ImmutableSlab* slab) {
-  {
-    std::lock_guard lk(deferred_mutex_);
-    deferred_.push_back(slab);
-    deferred_count_.store(static_cast<uint32_t>(deferred_.size()), std::memory_order_relaxed);
+  // release: a sweep that takes the stack sees next_deferred and the slab's bits.
+  slab->next_deferred = deferred_.load(std::memory_order_relaxed);
+  while (!deferred_.compare_exchange_weak(slab->next_deferred, slab, std::memory_order_release,
+                                          std::memory_order_relaxed)) {
   }
   conn().kick_lease();  // a parked lease thread must come to sweep it
 }
 
 void ClientImpl::give_back_deferred() {
-  std::vector<ImmutableSlab*> slabs;
-  {
-    std::lock_guard lk(deferred_mutex_);
-    slabs.swap(deferred_);
-    deferred_count_.store(0, std::memory_order_relaxed);
-  }
-  for (ImmutableSlab* s : slabs) {
+  ImmutableSlab* s = deferred_.exchange(nullptr, std::memory_order_acquire);
+  while (s != nullptr) {
+    // Read before unlisting: a drop may list the slab again (and rewrite it) right after.
+    ImmutableSlab* next = s->next_deferred;
     // Unlisted before the bits are taken (seq_cst, with ImmutableSlab::drop): a reference
     // dropped after our take lists the slab again.
     s->listed.store(false, std::memory_order_seq_cst);
     s->give_back(*this);
     s->unhold();  // never the client's end: a slab keeps the client only while it lives
+    s = next;
   }
 }
 
@@ -282,7 +284,7 @@ bool ClientImpl::run() {
 }
 
 void ClientImpl::flush() {
-  if (deferred_count_.load(std::memory_order_relaxed) > 0) give_back_deferred();
+  if (deferred_.load(std::memory_order_relaxed) != nullptr) give_back_deferred();
   conn().flush();
 }
 
@@ -292,7 +294,7 @@ Result<Call> ClientImpl::send(proto::Opcode op, uint32_t pool, uint32_t count, c
                               size_t item_bytes) {
   // What our handles dropped goes first: the request may depend on it (room for an
   // allocate), and the daemon must see releases in the order they were made.
-  if (deferred_count_.load(std::memory_order_relaxed) > 0) give_back_deferred();
+  if (deferred_.load(std::memory_order_relaxed) != nullptr) give_back_deferred();
   auto c = usable();
   if (!c) return c.status();
   auto corr = (*c)->send(op, pool, count, items, item_bytes);

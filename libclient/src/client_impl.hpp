@@ -139,7 +139,7 @@ class ClientImpl : private shm::LeaseWork {
 
  private:
   // shm::LeaseWork, run by the current connection's lease thread: deferred slabs.
-  bool pending() const override { return deferred_count_.load(std::memory_order_relaxed) > 0; }
+  bool pending() const override { return deferred_.load(std::memory_order_relaxed) != nullptr; }
   bool run() override;
   // mu_ held: what letting go of one handle on `ref` changes in our table; true when the
   // daemon's reference (or the mutable block) must go back to it.
@@ -183,10 +183,9 @@ class ClientImpl : private shm::LeaseWork {
   // adopted pool keeps the first one (the same file), so an address taken before a restart
   // stays the address of the block; a pool whose memory is new takes the new connection's.
   std::unique_ptr<std::atomic<const Connection*>[]> mapped_by_;
-  // Slabs with dropped references not given back yet, each holding a hold for the list.
-  std::mutex deferred_mutex_;
-  std::vector<ImmutableSlab*> deferred_;  // deferred_mutex_
-  std::atomic<uint32_t> deferred_count_{0};
+  // Slabs with dropped references not given back yet, each holding a hold for the list: a
+  // lock-free stack through ImmutableSlab::next_deferred (pushed by drops, taken whole).
+  std::atomic<ImmutableSlab*> deferred_{nullptr};
 };
 
 // The immutable blocks of one answer, in one allocation (a match of 64 blocks used to cost
@@ -214,7 +213,8 @@ struct ImmutableSlab {
   std::atomic<uint32_t> live{0};  // entries whose copies have not all gone
   // What keeps the allocation: 1 while an entry lives, 1 while on the client's list.
   std::atomic<uint32_t> holds{1};
-  std::atomic<bool> listed{false};  // on the client's list of deferred slabs
+  std::atomic<bool> listed{false};         // on the client's list of deferred slabs
+  ImmutableSlab* next_deferred = nullptr;  // the next on that list (set while unlisted)
 
   // One allocation: the slab, then `refs.size()` entries (each starts with one copy), then
   // one bit per entry: its last copy went, its reference has not gone back yet.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -255,7 +256,27 @@ void Connection::release(uint32_t pool, bool immutable, std::span<const pool::Bl
   if (refs.empty() || gone()) return;
   if (fork_generation() != fork_generation_) return;
   std::lock_guard lk(send_mutex_);
-  for (const pool::BlockRef& r : refs) queue_release_locked(pool, immutable, r);
+  // As queue_release_locked, a batch's worth at a time.
+  for (size_t at = 0; at < refs.size();) {
+    if (pending_.empty() || pending_.back().pool != pool ||
+        pending_.back().immutable != immutable) {
+      pending_.push_back(PendingRelease{pool, immutable, {}});
+      pending_.back().refs.reserve(kReleaseBatch);
+    }
+    // Below a batch: a full one went out when it filled (or was dropped with a dead ring).
+    const uint32_t before =
+        std::min(pending_count_.load(std::memory_order_relaxed), kReleaseBatch - 1);
+    const size_t take = std::min<size_t>(refs.size() - at, kReleaseBatch - before);
+    auto& out = pending_.back().refs;
+    out.insert(out.end(), refs.begin() + static_cast<std::ptrdiff_t>(at),
+               refs.begin() + static_cast<std::ptrdiff_t>(at + take));
+    at += take;
+    pending_count_.store(before + static_cast<uint32_t>(take), std::memory_order_relaxed);
+    if (before + take >= kReleaseBatch)
+      (void)flush_locked(/*now=*/false);  // as queue_release_locked
+    else if (before == 0)
+      channel_->kick_if_parked();
+  }
 }
 
 void Connection::queue_release_locked(uint32_t pool, bool immutable, pool::BlockRef ref) {
