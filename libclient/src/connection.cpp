@@ -252,6 +252,10 @@ void Connection::release(uint32_t pool, bool immutable, pool::BlockRef ref) {
   queue_release_locked(pool, immutable, ref);
 }
 
+void Connection::kick_lease() {
+  if (fork_generation() == fork_generation_) channel_->kick_if_parked();
+}
+
 void Connection::release(uint32_t pool, bool immutable, std::span<const pool::BlockRef> refs) {
   if (refs.empty() || gone()) return;
   if (fork_generation() != fork_generation_) return;

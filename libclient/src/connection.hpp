@@ -118,8 +118,9 @@ class Connection : private shm::LeaseWork {
   // Work of the client above that the lease thread runs on its ticks too (ClientImpl's
   // references dropped but not given back yet). Null to stop; `w` outlives the setting.
   void set_upstream(shm::LeaseWork* w) { upstream_.store(w, std::memory_order_release); }
-  // Wakes the lease thread if it parked: the upstream work just became pending.
-  void kick_lease() { channel_->kick_if_parked(); }
+  // Wakes the lease thread if it parked: the upstream work just became pending. Not from
+  // a forked child: the thread, and the descriptor that wakes it, are the parent's.
+  void kick_lease();
   // The answer to `correlation_id` will never be read (its future was dropped): release
   // the blocks it carries once it arrives (`immutable`: references, else mutable blocks).
   // `on_failure`: mutable blocks the request handed over (a register's), given back when
