@@ -91,8 +91,14 @@ ImmutableBlock& ImmutableBlock::operator=(ImmutableBlock&& o) noexcept {
 void ImmutableBlock::reset() noexcept {
   detail::ImmutableEntry* e = entry_;
   entry_ = nullptr;
-  // acq_rel: whoever drops the last copy sees every other copy's use of the block finished.
-  if (e && e->copies.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::ImmutableSlab::drop(e);
+  if (e == nullptr) return;
+  // The only copy (the common case: a match's handles are seldom copied) needs no atomic
+  // decrement: a new copy is made only from a live one, and this one is ours, going now.
+  // acquire, as the decrement's acq_rel: a copy dropped on another thread released its use.
+  // Otherwise whoever drops the last copy sees every other copy's use of the block finished.
+  if (e->copies.load(std::memory_order_acquire) == 1 ||
+      e->copies.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    detail::ImmutableSlab::drop(e);
 }
 
 SequenceHash ImmutableBlock::sequence_hash() const { return entry_ ? entry_->sequence_hash : 0; }
