@@ -104,7 +104,7 @@ TEST(LeaseThread, ReleasesAtACadenceDoNotWakeItOnEveryCall) {
 // A full batch of releases goes out when the caller drops its answer, but a parked daemon
 // is not woken for it (issue 29): at an engine's cadence the next call wakes it for both,
 // and a lease tick (~10 ms) if no call comes. Waking it from the drop cost the caller an
-// eventfd write and often the daemon's wake-up on its own core: 15-20 us of an engine
+// eventfd write that wakes the daemon while the caller still runs: 15-20 us of an engine
 // step's drop on the development VM (kvpool_cadence_split_bench --op step), and a second
 // wake-up of the daemon for the call.
 TEST(LeaseThread, ADroppedFullBatchDoesNotWakeTheParkedDaemon) {

@@ -125,8 +125,8 @@ class ClientChannel {
   // The same for records that may wait a tick (releases): a parked daemon is not woken
   // here; the lease thread rings for them at its next tick (~10 ms) if the daemon has not
   // taken them by then, and a request published before that rings for them at once.
-  // Ringing costs the caller an eventfd write and, on a small host, the daemon's wake-up
-  // on the caller's own core: 15-20 us of an engine step's drop (docs/performance.md).
+  // Ringing costs the caller an eventfd write that wakes the daemon while the caller still
+  // runs: 15-20 us of an engine step's drop on a 2-core host (docs/performance.md).
   // Without a lease thread (before start()) it rings as publish() does.
   void publish_deferred();
   // One request (RequestHeader + items) with the next correlation id, published; returns
