@@ -7,8 +7,12 @@
 // engine step instead, phase by phase: match-64, allocate-16, commit them (hashing their
 // tokens; the raw side hashes the same pages), register-16, and the drop of everything.
 // Prints p50s; a benchmark, no thresholds. (docs/performance.md, "libkvpool against its raw
-// rings at a cadence".)
+// rings at a cadence".) `--order blocks` runs a gap's libkvpool samples, then its raw ones,
+// instead of alternating: alternating, a release libkvpool sends without waking kvpoold is
+// taken up by the raw call's wake-up; in blocks, by libkvpool's own next call, as an engine
+// that is kvpoold's only caller meets it.
 //   kvpool_cadence_split_bench [--op match|step] [--gaps 0,1,5,20] [--samples N] [--reps R]
+//                              [--order alternate|blocks]
 // Starts its own kvpoold (KVPOOLD overrides the binary).
 #include <time.h>
 
@@ -167,10 +171,18 @@ int main(int argc, char** argv) {
   std::vector<double> gaps = {0, 1, 5, 20};
   int samples = 300, reps = 1;
   bool step = false;
+  bool blocks = false;  // --order blocks
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--samples")) samples = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--op")) step = !std::strcmp(argv[i + 1], "step");
+    if (!std::strcmp(argv[i], "--order")) {
+      blocks = !std::strcmp(argv[i + 1], "blocks");
+      if (!blocks && std::strcmp(argv[i + 1], "alternate")) {
+        std::fprintf(stderr, "--order: '%s' is not alternate or blocks\n", argv[i + 1]);
+        return 2;
+      }
+    }
     if (!std::strcmp(argv[i], "--gaps")) {
       gaps.clear();
       std::stringstream ss(argv[i + 1]);
@@ -211,8 +223,8 @@ int main(int argc, char** argv) {
   const char* what = step ? "an engine step (match-64, allocate-16, commit, register-16, drop)"
                            : "match-64 + release";
   const char* phases = step ? "match alloc commit reg drop" : "call release";
-  std::printf("%s at a cadence, p50 us of %d samples a gap (x%d): %s | all\n", what, samples, reps,
-              phases);
+  std::printf("%s at a cadence, p50 us of %d samples a gap (x%d, %s): %s | all\n", what, samples,
+              reps, blocks ? "in blocks" : "alternating", phases);
   std::printf("%8s | %-40s | %-40s | %8s\n", "gap ms", "libkvpool", "raw rings", "lib/raw");
   std::mt19937_64 rng(1);
   std::vector<Clock::time_point> t;
@@ -220,15 +232,27 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r)
     for (double gap : gaps) {
       Phases lib, ring;
-      for (int s = 0; s < samples; ++s) {
-        const size_t start = rng() % (hashes.size() - kBatch);
-        const std::span<const uint64_t> q(hashes.data() + start, kBatch);
+      // Each side's queries: the same in both orders.
+      std::vector<size_t> starts(samples);
+      for (auto& st : starts) st = rng() % (hashes.size() - kBatch);
+      auto lib_one = [&](int s) {
         nap(gap);
-        lib_sample(*pool, q, step, seed++, t);
+        lib_sample(*pool, {hashes.data() + starts[s], kBatch}, step, seed++, t);
         lib.add(t);
+      };
+      auto raw_one = [&](int s) {
         nap(gap);
-        raw_sample(**raw, q, step, seed++, pool->page_size(), t);
+        raw_sample(**raw, {hashes.data() + starts[s], kBatch}, step, seed++, pool->page_size(), t);
         ring.add(t);
+      };
+      if (blocks) {
+        for (int s = 0; s < samples; ++s) lib_one(s);
+        for (int s = 0; s < samples; ++s) raw_one(s);
+      } else {
+        for (int s = 0; s < samples; ++s) {
+          lib_one(s);
+          raw_one(s);
+        }
       }
       auto row = [](const Phases& p) {
         std::string out;
