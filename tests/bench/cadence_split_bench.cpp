@@ -153,8 +153,8 @@ void raw_sample(testsupport::RawConnection& raw, std::span<const uint64_t> q, bo
       items[i] = {a->refs[i], h, h, 0, 0, 0};
     }
     t.push_back(Clock::now());
-    auto r = raw.call(proto::Opcode::kRegister, 0, kStep, items.data(),
-                      items.size() * sizeof(items[0]));
+    auto r =
+        raw.call(proto::Opcode::kRegister, 0, kStep, items.data(), items.size() * sizeof(items[0]));
     t.push_back(Clock::now());
     if (!r || r->code != ErrorCode::kOk) fail("raw register", r ? r->status() : r.status());
     refs.insert(refs.end(), r->refs.begin(), r->refs.end());
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* what = step ? "an engine step (match-64, allocate-16, commit, register-16, drop)"
-                           : "match-64 + release";
+                          : "match-64 + release";
   const char* phases = step ? "match alloc commit reg drop" : "call release";
   std::printf("%s at a cadence, p50 us of %d samples a gap (x%d, %s): %s | all\n", what, samples,
               reps, blocks ? "in blocks" : "alternating", phases);
