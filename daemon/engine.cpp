@@ -58,10 +58,10 @@ bool is_check(uint32_t type) {
 constexpr int kPausesPerPass = 16;
 // How long the engine parks at most: bounds suspect re-checks and watchdog pings.
 constexpr int kTickMs = 100;
-// How long the engine polls on after an answer, whatever the gaps between requests (run()):
-// a caller in a conversation (the next request of a step, the release of what it dropped at
-// once) is back within microseconds, and finds the engine awake.
-constexpr uint64_t kAnswerLingerNs = 20'000;
+// How long the engine polls on after a pass that took a record, whatever the gaps between
+// requests (run()): a caller in a conversation (the next request of a step, the release of
+// what it dropped at once) is back within microseconds, and finds the engine awake.
+constexpr uint64_t kLingerNs = 20'000;
 constexpr uint64_t kEventPollNs = 100'000;
 constexpr uint64_t kPeriodicNs = 50'000'000;
 
@@ -404,16 +404,17 @@ Status Engine::run(const EngineHooks& hooks) {
     // (Parking at once also while the busy clients outnumber the cores was tried: every
     // request then paid an eventfd write and an epoll wake-up, 15-18% more of each per call,
     // for no gain measurable here; docs/performance.md.)
-    // Whatever the average, poll on for kAnswerLingerNs after an answer. The average alone
+    // Whatever the average, poll on for kLingerNs after the last pass that took a
+    // record (the one that answered, or a release after it). The average alone
     // could not learn that calls come back to back: once parked after each answer, each
     // gap it measures holds our own wake-up (tens of us here), so it stayed above the poll
     // budget, and a caller that sends its release without ringing (publish_deferred) gave
     // it no short gap either; back-to-back calls then paid a wake-up each for hundreds of
     // calls (docs/performance.md). At an engine's cadence the linger costs up to 20 us of
-    // our core per answer.
-    if (poll_ns > 0 && !woke_local_client_ &&
-        ((gap_avg_ns_ < poll_ns && t - last_request_ns_ < poll_ns) ||
-         t - last_answer_ns_ < std::min<uint64_t>(poll_ns, kAnswerLingerNs))) {
+    // our core per call.
+    const uint64_t poll_for =
+        gap_avg_ns_ < poll_ns ? poll_ns : std::min<uint64_t>(poll_ns, kLingerNs);
+    if (poll_ns > 0 && !woke_local_client_ && t - last_request_ns_ < poll_for) {
       for (int i = 0; i < kPausesPerPass; ++i) shm::cpu_relax();
       if ((loops & 15) == 0) service(hooks);
       continue;
@@ -662,7 +663,6 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
   if (answer_bytes > 0) {
     const uint32_t woke = s.responses->publish();
     if (woke != 0 && woke == shm::cpu_tag()) woke_local_client_ = true;
-    last_answer_ns_ = now_ns(CLOCK_MONOTONIC);
   }
   return Outcome::kDone;
 }

@@ -135,7 +135,6 @@ class Engine {
   uint64_t gap_avg_ns_ = 0;
   uint32_t park_word_ = 0;          // last value stored to ControlHeader::daemon_sleeping
   bool woke_local_client_ = false;  // since the last park: woke a client on our core
-  uint64_t last_answer_ns_ = 0;     // CLOCK_MONOTONIC of the last answer published
   uint32_t busy_published_ = 0;     // last value stored to ControlStats::clients_busy
   uint32_t awake_published_ = 0;    // last count stored to ControlStats::clients_awake
   uint64_t last_events_ns_ = 0;
