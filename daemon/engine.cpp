@@ -400,7 +400,8 @@ Status Engine::run(const EngineHooks& hooks) {
     // At an engine's cadence (a call every few ms) polling would only burn the core a woken
     // client needs; park at once instead. Between passes we pause, never sched_yield: a
     // yield to a CPU-bound neighbour costs its whole time slice (shm::PollPolicy).
-    // Nor right after waking a client that sleeps on our own core: it needs the core now.
+    // Nor right after answering a client on our own core (publish_answers): it needs the
+    // core now.
     // (Parking at once also while the busy clients outnumber the cores was tried: every
     // request then paid an eventfd write and an epoll wake-up, 15-18% more of each per call,
     // for no gain measurable here; docs/performance.md.)
@@ -659,12 +660,20 @@ Engine::Outcome Engine::process(Session& s, uint32_t type, const std::byte* payl
       return Outcome::kDone;
     }
   }
-  // A client we wake on our own core can run only once we stop: see run().
-  if (answer_bytes > 0) {
-    const uint32_t woke = s.responses->publish();
-    if (woke != 0 && woke == shm::cpu_tag()) woke_local_client_ = true;
-  }
+  if (answer_bytes > 0) publish_answers(s);
   return Outcome::kDone;
+}
+
+// A client we answer on our own core can run only once we stop, so run() parks at once
+// instead of polling on: one we woke from its sleep there, and one whose request came from
+// there. The second has not slept: the ring of its request woke us onto its core and we
+// preempted it before it could, so it waits for the core, runnable, and every microsecond
+// we poll it waits too (one run of kvpool_cadence_split_bench at 20 ms gaps: preempted
+// callers waited 30-74 us for the core, our answer plus the linger; docs/performance.md).
+void Engine::publish_answers(Session& s) {
+  const uint32_t woke = s.responses->publish();
+  if (shm::answered_on_our_core(woke, s.requests ? s.requests->producer_cpu() : 0, shm::cpu_tag()))
+    woke_local_client_ = true;
 }
 
 void Engine::shutdown() {

@@ -83,6 +83,8 @@ class Engine {
   // policy, shm/cpu_share.hpp).
   void publish_busy(uint32_t busy, uint32_t awake);
   void show_cpu(bool parking);
+  // Publishes `s`'s answers and notes whether its client needs our core (run()).
+  void publish_answers(Session& s);
   void periodic();
   void service(const EngineHooks& hooks);
   void shutdown();
@@ -134,7 +136,7 @@ class Engine {
   uint64_t last_request_ns_ = 0;
   uint64_t gap_avg_ns_ = 0;
   uint32_t park_word_ = 0;          // last value stored to ControlHeader::daemon_sleeping
-  bool woke_local_client_ = false;  // since the last park: woke a client on our core
+  bool woke_local_client_ = false;  // since the last park: answered a client on our core
   uint32_t busy_published_ = 0;     // last value stored to ControlStats::clients_busy
   uint32_t awake_published_ = 0;    // last count stored to ControlStats::clients_awake
   uint64_t last_events_ns_ = 0;

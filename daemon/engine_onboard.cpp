@@ -106,8 +106,7 @@ bool Engine::put_answer(Session& s, std::span<const std::byte> answer) {
   }
   if (*claim == nullptr) return false;
   std::memcpy(*claim, answer.data(), answer.size());
-  const uint32_t woke = s.responses->publish();
-  if (woke != 0 && woke == shm::cpu_tag()) woke_local_client_ = true;
+  publish_answers(s);
   return true;
 }
 

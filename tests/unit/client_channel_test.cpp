@@ -333,6 +333,20 @@ TEST(CpuShare, PollingPaysOnlyWhileTheEngineAndTheBusyClientsFitItsCpus) {
   EXPECT_FALSE(polling_pays(clients_competing(16, kAwakePublished | 2), 2));
 }
 
+// kvpoold parks at once after answering a client that needs its core: one it woke from a
+// sleep there, or one whose request came from there (preempted by kvpoold's wake-up before it
+// could sleep). Tags are CPU + 1; 0 is unknown and never matches.
+TEST(CpuShare, AnsweredOnOurCoreWhenTheClientSleptOrLastSentThere) {
+  EXPECT_TRUE(answered_on_our_core(/*woke=*/3, /*requested_from=*/0, /*here=*/3));
+  EXPECT_TRUE(answered_on_our_core(0, 3, 3));  // not asleep: preempted on our core
+  EXPECT_TRUE(answered_on_our_core(2, 3, 3));  // asleep elsewhere, but sent from here
+  EXPECT_TRUE(answered_on_our_core(3, 2, 3));
+  EXPECT_FALSE(answered_on_our_core(0, 0, 3));  // a client before producer_cpu, awake
+  EXPECT_FALSE(answered_on_our_core(2, 2, 3));  // on another core: polling on may pay
+  EXPECT_FALSE(answered_on_our_core(0, 2, 3));
+  EXPECT_FALSE(answered_on_our_core(0, 0, 0));  // our own CPU unknown
+}
+
 // The daemon side of a wait-policy test: watches the caller's response doorbell for at most
 // `window` (until it says it sleeps), then answers `corr` with one block. Returns whether
 // the caller said it sleeps within the window.

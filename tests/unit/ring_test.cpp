@@ -1,6 +1,7 @@
 #include "kvpool/shm/ring.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -146,6 +147,40 @@ TEST(Ring, RoundTripAndEmpty) {
   EXPECT_EQ(zr->payload_len, 0u);
   EXPECT_EQ(zr->type, 5u);
   c.consume();
+}
+
+// Each publish notes the producer's CPU tag where the consumer can read it (kvpoold reads a
+// client's to learn whether that client waits for kvpoold's own core): 0 before the first,
+// then the CPU the producing thread ran on, following it when it moves. A publish with
+// nothing claimed changes nothing.
+TEST(Ring, PublishNotesTheProducersCpu) {
+  GuardedRing ring(4096);
+  RingProducer p(ring.header(), 4096);
+  RingConsumer c(ring.header(), 4096);
+  EXPECT_EQ(c.producer_cpu(), 0u) << "no publish yet";
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::thread producer([&] {
+    uint32_t last = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &allowed)) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+      ASSERT_TRUE(send(p, 7, 8));
+      p.publish();
+      const uint32_t tag = static_cast<uint32_t>(cpu) + 1;
+      EXPECT_EQ(c.producer_cpu(), tag) << "published from CPU " << cpu;
+      ASSERT_TRUE(c.poll());
+      c.consume();
+      last = tag;
+    }
+    // Nothing claimed: publish() returns at once and leaves the last tag.
+    p.publish();
+    EXPECT_EQ(c.producer_cpu(), last);
+  });
+  producer.join();
 }
 
 // kvpoold takes an answer's claim back when the answer waits for the disk tier: the consumer

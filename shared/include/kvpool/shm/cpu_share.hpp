@@ -41,6 +41,17 @@ inline constexpr bool polling_pays(uint64_t clients_competing, uint64_t engine_c
   return engine_cpus == 0 || clients_competing + 1 <= engine_cpus;
 }
 
+// Whether the client kvpoold has just answered waits for kvpoold's own core, so that the
+// engine must park at once rather than poll on for the next request (CPU tags: cpu_tag(),
+// 0 unknown). `woke`: the tag its response doorbell held when the answer rang it (it slept
+// there); `requested_from`: its request ring's producer_cpu, where it last published (it
+// has not slept: our wake-up by its ring preempted it there, and it waits for the core,
+// runnable); `here`: the engine's. A stale tag (the client moved since) costs one park the
+// next request must ring for.
+inline constexpr bool answered_on_our_core(uint32_t woke, uint32_t requested_from, uint32_t here) {
+  return here != 0 && (woke == here || requested_from == here);
+}
+
 // The CPUs the calling thread may run on (sched_getaffinity), at least 1.
 uint32_t allowed_cpu_count();
 

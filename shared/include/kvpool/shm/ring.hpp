@@ -49,6 +49,11 @@ static_assert(sizeof(RecordHeader) == kRecordAlignment);
 // stores never share a line.
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> tail;  // bytes published; written by the producer only
+  // The producer's CPU tag (shm::cpu_tag) at its last publish, on the line it writes
+  // anyway; 0 from producers before it. A hint: kvpoold reads a client's to learn whether
+  // the caller it just answered was last seen on kvpoold's own core (then it is waiting
+  // for that core, preempted by our wake-up, and lingering there would only delay it).
+  std::atomic<uint32_t> producer_cpu;
   alignas(64) std::atomic<uint64_t> head;  // bytes consumed; written by the consumer only
   alignas(64) Doorbell consumer_bell;      // the consumer sleeps on it waiting for records
   alignas(64) Doorbell producer_bell;      // the producer sleeps on it waiting for space
@@ -58,6 +63,7 @@ struct RingHeader {
 };
 static_assert(std::is_standard_layout_v<RingHeader>);
 static_assert(offsetof(RingHeader, tail) == 0);
+static_assert(offsetof(RingHeader, producer_cpu) == 8);
 static_assert(offsetof(RingHeader, head) == 64);
 static_assert(offsetof(RingHeader, consumer_bell) == 128);
 static_assert(offsetof(RingHeader, producer_bell) == 192);
@@ -101,8 +107,9 @@ class RingProducer {
   // Several claims may precede one publish(); nothing is visible to the consumer before.
   Result<void*> try_claim(uint32_t type, uint32_t payload_len);
 
-  // Makes every claimed record visible, then wakes the consumer if it sleeps. Returns the
-  // CPU tag of the consumer it woke (shm::ring), 0 when none was asleep.
+  // Makes every claimed record visible (and notes our CPU tag in producer_cpu), then wakes
+  // the consumer if it sleeps. Returns the CPU tag of the consumer it woke (shm::ring), 0
+  // when none was asleep.
   uint32_t publish();
   // Takes back every record claimed since the last publish(): the consumer never sees them
   // (kvpoold: an answer that waits for the disk tier instead of going out now).
@@ -192,6 +199,12 @@ class RingConsumer {
   WaitResult wait_for_data(PollPolicy policy, std::chrono::nanoseconds timeout) {
     return wait_for_data(
         policy, [] { return true; }, timeout);
+  }
+
+  // The producer's CPU tag at its last publish (RingHeader::producer_cpu): a hint, 0 when
+  // unknown.
+  uint32_t producer_cpu() const {
+    return header_ != nullptr ? header_->producer_cpu.load(std::memory_order_relaxed) : 0;
   }
 
   size_t capacity() const { return capacity_; }
