@@ -345,6 +345,11 @@ TEST(CpuShare, AnsweredOnOurCoreWhenTheClientSleptOrLastSentThere) {
   EXPECT_FALSE(answered_on_our_core(2, 2, 3));  // on another core: polling on may pay
   EXPECT_FALSE(answered_on_our_core(0, 2, 3));
   EXPECT_FALSE(answered_on_our_core(0, 0, 0));  // our own CPU unknown
+  // No getcpu on either side (a seccomp filter): an unknown tag names no core, even when
+  // both sides have it.
+  EXPECT_FALSE(answered_on_our_core(kUnknownCpuTag, kUnknownCpuTag, kUnknownCpuTag));
+  EXPECT_FALSE(answered_on_our_core(0, kUnknownCpuTag, kUnknownCpuTag));
+  EXPECT_TRUE(answered_on_our_core(kUnknownCpuTag, 3, 3));  // the client's unknown, ours not
 }
 
 // The daemon side of a wait-policy test: watches the caller's response doorbell for at most

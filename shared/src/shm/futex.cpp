@@ -37,8 +37,7 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 
 uint32_t cpu_tag() {
   const int cpu = ::sched_getcpu();
-  // Unknown (no rseq, a seccomp filter): a tag no real CPU has, still nonzero.
-  return cpu >= 0 ? static_cast<uint32_t>(cpu) + 1 : 0xFFFFFFFFu;
+  return cpu >= 0 ? static_cast<uint32_t>(cpu) + 1 : kUnknownCpuTag;
 }
 
 }  // namespace kvpool::shm

@@ -152,8 +152,9 @@ Result<void*> RingProducer::try_claim(uint32_t type, uint32_t payload_len) {
 uint32_t RingProducer::publish() {
   if (claimed_ == published_) return 0;
   published_ = claimed_;
-  // relaxed: a hint, ordered by nothing (cpu_tag reads rseq, no system call); on the
-  // tail's cache line, which this publish writes anyway.
+  // relaxed, before the tail's release store: a consumer that has acquired this tail
+  // reads this tag or a later one. A hint, on the tail's cache line, which this publish
+  // writes anyway (cpu_tag: no system call where glibc reads it from rseq).
   header_->producer_cpu.store(cpu_tag(), std::memory_order_relaxed);
   // release: the records (headers and payloads) are visible before the new tail.
   header_->tail.store(published_, std::memory_order_release);

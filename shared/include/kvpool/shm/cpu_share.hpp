@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "kvpool/shm/futex.hpp"
+
 namespace kvpool::shm {
 
 // How long after the engine last took a request from a client it still counts that client
@@ -42,14 +44,14 @@ inline constexpr bool polling_pays(uint64_t clients_competing, uint64_t engine_c
 }
 
 // Whether the client kvpoold has just answered waits for kvpoold's own core, so that the
-// engine must park at once rather than poll on for the next request (CPU tags: cpu_tag(),
-// 0 unknown). `woke`: the tag its response doorbell held when the answer rang it (it slept
-// there); `requested_from`: its request ring's producer_cpu, where it last published (it
-// has not slept: our wake-up by its ring preempted it there, and it waits for the core,
-// runnable); `here`: the engine's. A stale tag (the client moved since) costs one park the
-// next request must ring for.
+// engine must park at once rather than poll on for the next request. CPU tags are
+// cpu_tag()'s; 0 and kUnknownCpuTag name no core, so they never match. `woke`: the tag its
+// response doorbell held when the answer rang it (it slept there). `requested_from`: its
+// request ring's producer_cpu, where it last published (it has not slept: our wake-up by
+// its ring preempted it there, and it waits for the core, runnable). `here`: the engine's.
+// A stale tag (the client moved since) costs one park the next request must ring for.
 inline constexpr bool answered_on_our_core(uint32_t woke, uint32_t requested_from, uint32_t here) {
-  return here != 0 && (woke == here || requested_from == here);
+  return here != 0 && here != kUnknownCpuTag && (woke == here || requested_from == here);
 }
 
 // The CPUs the calling thread may run on (sched_getaffinity), at least 1.

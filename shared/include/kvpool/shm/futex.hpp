@@ -60,8 +60,13 @@ inline void cpu_relax() {
 #endif
 }
 
-// The calling thread's CPU + 1 (0 is never a tag): sched_getcpu, which glibc answers from
-// the rseq area without a system call. A hint only: the thread may move at any time.
+// cpu_tag() when sched_getcpu fails (no getcpu under a seccomp filter): nonzero, so a
+// sleeper still says it sleeps, and no real CPU has it, so it never names a shared core.
+inline constexpr uint32_t kUnknownCpuTag = 0xFFFFFFFFu;
+
+// The calling thread's CPU + 1 (0 is never a tag), or kUnknownCpuTag: sched_getcpu, which
+// glibc (2.35 and later) answers from the rseq area without a system call. A hint only: the
+// thread may move at any time.
 uint32_t cpu_tag();
 
 // Waker side. Call after publishing the data the waiter waits for (with a release store).
