@@ -317,7 +317,11 @@ Status Engine::check_uid_share(uint32_t owner, uint32_t pool, uint32_t more) {
   const uid_t uid = sessions_[owner].uid;
   uint64_t held = 0;
   uint32_t clients = 0;
-  for (const Session& s : sessions_) {
+  // The ready slots only (Sessions::live): a client not yet Ready holds nothing, and this
+  // runs for every request that takes blocks, where a look at every slot (max_clients) cost
+  // a cold Session per slot (docs/performance.md, "The slots a request looks at").
+  for (uint32_t slot : sessions_.live()) {
+    const Session& s = sessions_[slot];
     if (s.state == SlotState::kFree || s.uid != uid) continue;
     const pool::OwnerRecord& o = core.owner_record(s.slot);
     held += uint64_t{o.mutable_count} + o.hold_entries;
@@ -369,9 +373,13 @@ Status Engine::run(const EngineHooks& hooks) {
     // a core to read it on). Callers poll for answers only while those and we fit the cores.
     const uint64_t pass_ns = now_ns(CLOCK_MONOTONIC);
     uint32_t busy = 0, awake = 0;
-    const uint32_t n = static_cast<uint32_t>(sessions_.size());
+    // The ready slots only (Sessions::live), copied: a drain may end a session, and with it
+    // change the list. A slot's Session is cold after a park; with a few clients of 64 slots
+    // the pass now touches a few.
+    pass_slots_.assign(sessions_.live().begin(), sessions_.live().end());
+    const uint32_t n = static_cast<uint32_t>(pass_slots_.size());
     for (uint32_t k = 0; k < n; ++k) {
-      Session& s = sessions_[(rr_next_ + k) % n];
+      Session& s = sessions_[pass_slots_[(rr_next_ + k) % n]];
       if (!s.ready || s.state != SlotState::kAttached) continue;
       if (drain(s, kDrainBudget)) {
         worked = true;
@@ -504,7 +512,8 @@ void Engine::publish_busy(uint32_t busy, uint32_t awake) {
 }
 
 bool Engine::any_request_pending() {
-  for (auto& s : sessions_) {
+  for (uint32_t slot : sessions_.live()) {
+    Session& s = sessions_[slot];
     if (!s.ready || s.state != SlotState::kAttached || s.backpressured) continue;
     auto r = s.requests->poll();
     if (!r || !r->empty()) return true;  // a record, or an error to handle

@@ -142,6 +142,7 @@ class Engine {
   uint64_t last_events_ns_ = 0;
   uint64_t status_ticks_ = 0;
   uint32_t rr_next_ = 0;
+  std::vector<uint32_t> pass_slots_;  // the pass's copy of Sessions::live (kept: no allocation)
   // Checksum requests (kVerify, kScrub) the engine may still run in this pass: one per
   // pass over the clients, whoever sends them (drain()).
   uint32_t checks_left_ = 1;

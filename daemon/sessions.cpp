@@ -68,6 +68,7 @@ void Sessions::on_session_socket(uint32_t slot, uint32_t events) {
 }
 
 void Sessions::on_ready(Session& s) {
+  if (std::find(live_.begin(), live_.end(), s.slot) == live_.end()) live_.push_back(s.slot);
   s.ready = true;
   s.state = SlotState::kAttached;
   epoll_event ev{};
@@ -135,6 +136,10 @@ void Sessions::end_session(Session& s, bool died, const std::string& why) {
   if (s.pidfd) ::epoll_ctl(links_.epoll.get(), EPOLL_CTL_DEL, s.pidfd.get(), nullptr);
   if (s.doorbell) ::epoll_ctl(links_.epoll.get(), EPOLL_CTL_DEL, s.doorbell.get(), nullptr);
   uint32_t slot = s.slot, gen = s.generation;
+  if (auto it = std::find(live_.begin(), live_.end(), slot); it != live_.end()) {
+    *it = live_.back();  // order does not matter: the engine's pass rotates its start
+    live_.pop_back();
+  }
   s = Session{};
   s.slot = slot;
   s.generation = gen;  // the next attach bumps it

@@ -48,6 +48,12 @@ class Sessions {
   auto begin() const { return sessions_.begin(); }
   auto end() const { return sessions_.end(); }
   uint32_t in_use() const;  // slots not free
+  // The slots whose clients said Ready, in no order: what the engine's pass and the per-uid
+  // share check of each request look at. Looking at every slot (max_clients, 64 by default,
+  // up to 4096) touched a cold Session per slot after each park, and per request. A slot
+  // leaves when its session ends; users still check each one's state (a suspect stays
+  // listed until it ends, and shutdown resets sessions without ending them).
+  const std::vector<uint32_t>& live() const { return live_; }
 
   // ---- epoll events (the engine's handle_events) ----
   void accept_clients();                                   // kListen
@@ -100,6 +106,7 @@ class Sessions {
 
   SessionLinks links_;
   std::vector<Session> sessions_;
+  std::vector<uint32_t> live_;  // live(): at most one entry per slot
   std::vector<Pending> pending_;
   uint64_t liveness_check_ns_ = 0;       // when check_liveness took up the current hang-up
   uint64_t accept_paused_until_ns_ = 0;  // EMFILE: the listen fd is out of epoll until then

@@ -11,8 +11,10 @@
 // instead of alternating: alternating, a release libkvpool sends without waking kvpoold is
 // taken up by the raw call's wake-up; in blocks, by libkvpool's own next call, as an engine
 // that is kvpoold's only caller meets it.
+// `--max-clients N` sets kvpoold's slot count (default 64; the engine's pass used to look
+// at every slot).
 //   kvpool_cadence_split_bench [--op match|step] [--gaps 0,1,5,20] [--samples N] [--reps R]
-//                              [--order alternate|blocks]
+//                              [--order alternate|blocks] [--max-clients N]
 // Starts its own kvpoold (KVPOOLD overrides the binary).
 #include <time.h>
 
@@ -172,10 +174,12 @@ int main(int argc, char** argv) {
   int samples = 300, reps = 1;
   bool step = false;
   bool blocks = false;  // --order blocks
+  int max_clients = 0;  // 0: kvpoold's default
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--samples")) samples = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--op")) step = !std::strcmp(argv[i + 1], "step");
+    if (!std::strcmp(argv[i], "--max-clients")) max_clients = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--order")) {
       blocks = !std::strcmp(argv[i + 1], "blocks");
       if (!blocks && std::strcmp(argv[i + 1], "alternate")) {
@@ -191,10 +195,11 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json layout = {{"num_layers", 1}, {"outer_dim", 1},   {"page_size", 16},
                                  {"inner_dim", 8},  {"dtype_bytes", 2}, {"alignment", 64}};
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"log_level", "warn"},
       {"pools", nlohmann::json::array(
                     {{{"name", "bench"}, {"num_blocks", 4 * kRegistered}, {"layout", layout}}})}};
+  if (max_clients > 0) config["max_clients"] = max_clients;
   const char* kvpoold = std::getenv("KVPOOLD");
   testsupport::DaemonProcess d(config, kvpoold ? kvpoold : KVPOOLD_PATH);
   try {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -129,6 +130,36 @@ TEST(Attach, AClientOfAnInstanceWithSixteenPoolsGetsEveryPool) {
     auto v = p.allocate_blocks(4);
     ASSERT_TRUE(v) << "pool p" << i << ": " << v.status().to_string();
   }
+}
+
+// The engine's pass looks only at the slots whose clients said Ready (Sessions::live), not
+// at every slot: a client that leaves takes its slot out of the pass, and a new one, in the
+// slot just freed, is in it from its first call. 4 slots churn for 40 rounds (one client
+// leaves, a new one comes) and every client calls each round: a slot left out of the pass
+// would leave its client's call unanswered (the ctest timeout is the hang guard).
+TEST(Attach, EveryClientIsServedWhileSlotsChurn) {
+  auto cfg = dynamo_config();
+  cfg["max_clients"] = 4;
+  DaemonProcess d(cfg);
+  d.start();
+  auto v = d.view();
+  std::vector<std::optional<Client>> clients;
+  for (int i = 0; i < 4; ++i) clients.emplace_back(connect_client(d));
+  std::mt19937 rng(29);
+  for (int round = 0; round < 40; ++round) {
+    clients[rng() % clients.size()].reset();  // detaches; the daemon frees its slot
+    wait_until([&] { return v.clients() == 3; }, 10s, "a slot to be freed",
+               [&] { return v.describe(); });
+    for (auto& c : clients)
+      if (!c) c.emplace(connect_client(d));
+    for (auto& c : clients) {
+      Pool p = pool_of(*c);
+      auto b = p.allocate_blocks(1);
+      ASSERT_TRUE(b) << "round " << round << ": " << b.status().to_string();
+    }
+  }
+  EXPECT_EQ(v.clients(), 4u);
+  expect_invariants(v);
 }
 
 TEST(DynamoPool, BlockingApi) {
