@@ -1,7 +1,6 @@
 #include "kvpool/shm/ring.hpp"
 
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "kvpool/shm/segment.hpp"
+#include "unit/each_cpu.hpp"
 
 namespace kvpool::shm {
 namespace {
@@ -159,31 +159,19 @@ TEST(Ring, PublishNotesTheProducersCpu) {
   RingConsumer c(ring.header(), 4096);
   EXPECT_EQ(c.producer_cpu(), 0u) << "no publish yet";
   if (cpu_tag() == kUnknownCpuTag) GTEST_SKIP() << "sched_getcpu fails here: no CPU to note";
-  cpu_set_t allowed;
-  // EINVAL: more CPUs than a cpu_set_t holds (1024).
-  if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
-    GTEST_SKIP() << "sched_getaffinity: " << std::strerror(errno);
-  std::thread producer([&] {
-    uint32_t last = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (!CPU_ISSET(cpu, &allowed)) continue;
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
-      ASSERT_TRUE(send(p, 7, 8));
-      p.publish();
-      const uint32_t tag = static_cast<uint32_t>(cpu) + 1;
-      EXPECT_EQ(c.producer_cpu(), tag) << "published from CPU " << cpu;
-      ASSERT_TRUE(c.poll());
-      c.consume();
-      last = tag;
-    }
-    // Nothing claimed: publish() returns at once and leaves the last tag.
+  uint32_t last = 0;
+  const bool ran = kvpool::unit_test::on_each_allowed_cpu([&](int cpu) {
+    ASSERT_TRUE(send(p, 7, 8));
     p.publish();
-    EXPECT_EQ(c.producer_cpu(), last);
+    last = static_cast<uint32_t>(cpu) + 1;
+    EXPECT_EQ(c.producer_cpu(), last) << "published from CPU " << cpu;
+    ASSERT_TRUE(c.poll());
+    c.consume();
   });
-  producer.join();
+  if (!ran) GTEST_SKIP() << "sched_getaffinity: " << std::strerror(errno);
+  // Nothing claimed: publish() returns at once and leaves the last tag.
+  p.publish();
+  EXPECT_EQ(c.producer_cpu(), last);
 }
 
 // kvpoold takes an answer's claim back when the answer waits for the disk tier: the consumer
