@@ -6,11 +6,14 @@
 // the caller sleeping the gap (clock_nanosleep) before each call. `--op step` times an
 // engine step instead, phase by phase: match-64, allocate-16, commit them (hashing their
 // tokens; the raw side hashes the same pages), register-16, and the drop of everything.
-// Prints p50s; a benchmark, no thresholds. (docs/performance.md, "libkvpool against its raw
-// rings at a cadence".) `--order blocks` runs a gap's libkvpool samples, then its raw ones,
-// instead of alternating: alternating, a release libkvpool sends without waking kvpoold is
-// taken up by the raw call's wake-up; in blocks, by libkvpool's own next call, as an engine
-// that is kvpoold's only caller meets it.
+// Prints p50s, and under each row a "parked" line: in what share of samples kvpoold was
+// parked when each phase ended (so the caller's next request had to wake it), and the
+// caller thread's CPU time p50 (its polling for answers included). A benchmark, no
+// thresholds (docs/performance.md, "libkvpool against its raw rings at a cadence").
+// `--order blocks` runs a gap's libkvpool samples, then its raw ones, instead of
+// alternating: alternating, a release libkvpool sends without waking kvpoold is taken up by
+// the raw call's wake-up; in blocks, by libkvpool's own next call, as an engine that is
+// kvpoold's only caller meets it.
 // `--max-clients N` sets kvpoold's slot count (default 64; the engine's pass used to look
 // at every slot).
 //   kvpool_cadence_split_bench [--op match|step] [--gaps 0,1,5,20] [--samples N] [--reps R]
@@ -84,14 +87,47 @@ std::vector<uint64_t> fill(Pool& pool) {
   return hashes;
 }
 
-// One sample's time stamps, phase by phase; p50 of each phase and of the whole.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// One sample as it goes: a time stamp at each phase's end, whether kvpoold was parked then
+// (so the next request had to wake it), and the caller thread's CPU time for the whole.
+struct Marks {
+  const shm::ControlHeader* control = nullptr;
+  std::vector<Clock::time_point> t;
+  std::vector<uint8_t> parked;
+  uint64_t cpu_start = 0;
+  void start() {
+    t.assign(1, Clock::now());
+    parked.clear();
+    cpu_start = thread_cpu_ns();
+  }
+  void mark() {
+    t.push_back(Clock::now());
+    // relaxed: a diagnostic read of kvpoold's park word (bit 0: parked), no ordering needed.
+    parked.push_back(control->daemon_sleeping.load(std::memory_order_relaxed) & 1u);
+  }
+};
+
+// p50 of each phase and of the whole; how often kvpoold was parked at each phase's end;
+// the caller's CPU time (polling for answers included).
 struct Phases {
   std::vector<std::vector<double>> of;
-  std::vector<double> all;
-  void add(std::span<const Clock::time_point> t) {
+  std::vector<double> all, cpu;
+  std::vector<uint32_t> parked;
+  void add(const Marks& m) {
+    const auto& t = m.t;
     of.resize(t.size() - 1);
-    for (size_t i = 0; i + 1 < t.size(); ++i) of[i].push_back(us(t[i], t[i + 1]));
+    parked.resize(t.size() - 1);
+    for (size_t i = 0; i + 1 < t.size(); ++i) {
+      of[i].push_back(us(t[i], t[i + 1]));
+      parked[i] += m.parked[i];
+    }
     all.push_back(us(t.front(), t.back()));
+    cpu.push_back(static_cast<double>(thread_cpu_ns() - m.cpu_start) / 1000.0);
   }
 };
 
@@ -108,17 +144,16 @@ std::vector<Token> step_tokens(uint64_t seed, uint32_t i, uint32_t page) {
 }
 
 // match-64, then (step) allocate-16, fill and commit them, register them; then drop it all.
-void lib_sample(Pool& pool, std::span<const uint64_t> q, bool step, uint64_t seed,
-                std::vector<Clock::time_point>& t) {
-  t.assign(1, Clock::now());
+void lib_sample(Pool& pool, std::span<const uint64_t> q, bool step, uint64_t seed, Marks& t) {
+  t.start();
   {
     auto m = pool.match_sequence_hashes(q);
-    t.push_back(Clock::now());
+    t.mark();
     if (!m || m->size() != kBatch) fail("libkvpool match", m ? Status::ok() : m.status());
     std::vector<ImmutableBlock> imm;
     if (step) {
       auto a = pool.allocate_blocks(kStep);
-      t.push_back(Clock::now());
+      t.mark();
       if (!a) fail("libkvpool allocate", a.status());
       for (uint32_t i = 0; i < kStep; ++i) {
         auto& b = (*a)[i];
@@ -126,45 +161,45 @@ void lib_sample(Pool& pool, std::span<const uint64_t> q, bool step, uint64_t see
         (void)b.add_tokens(step_tokens(seed, i, pool.page_size()));
         (void)b.commit();
       }
-      t.push_back(Clock::now());
+      t.mark();
       auto r = pool.register_blocks(std::move(*a));
-      t.push_back(Clock::now());
+      t.mark();
       if (!r) fail("libkvpool register", r.status());
       imm = std::move(*r);
     }
   }  // everything is dropped here: its releases
-  t.push_back(Clock::now());
+  t.mark();
 }
 
 // The same records through the raw rings: the hashes computed as commit() does, the
 // releases posted by hand as one record.
 void raw_sample(testsupport::RawConnection& raw, std::span<const uint64_t> q, bool step,
-                uint64_t seed, uint32_t page, std::vector<Clock::time_point>& t) {
-  t.assign(1, Clock::now());
+                uint64_t seed, uint32_t page, Marks& t) {
+  t.start();
   auto m = raw.call(proto::Opcode::kMatch, 0, kBatch, q.data(), q.size_bytes());
-  t.push_back(Clock::now());
+  t.mark();
   if (!m || m->refs.size() != kBatch) fail("raw match", m ? Status::ok() : m.status());
   std::vector<pool::BlockRef> refs = std::move(m->refs);
   if (step) {
     auto a = raw.call(proto::Opcode::kAllocate, 0, kStep, nullptr, 0);
-    t.push_back(Clock::now());
+    t.mark();
     if (!a || a->refs.size() != kStep) fail("raw allocate", a ? Status::ok() : a.status());
     std::vector<pool::RegisterItem> items(kStep);
     for (uint32_t i = 0; i < kStep; ++i) {
       const BlockHash h = compute_block_hash(step_tokens(seed, i, page), seed);
       items[i] = {a->refs[i], h, h, 0, 0, 0};
     }
-    t.push_back(Clock::now());
+    t.mark();
     auto r =
         raw.call(proto::Opcode::kRegister, 0, kStep, items.data(), items.size() * sizeof(items[0]));
-    t.push_back(Clock::now());
+    t.mark();
     if (!r || r->code != ErrorCode::kOk) fail("raw register", r ? r->status() : r.status());
     refs.insert(refs.end(), r->refs.begin(), r->refs.end());
   }
   auto posted = raw.send(proto::Opcode::kReleaseImmutable, 0, static_cast<uint32_t>(refs.size()),
                          refs.data(), refs.size() * sizeof(refs[0]));
   if (!posted) fail("raw release", posted.status());
-  t.push_back(Clock::now());
+  t.mark();
 }
 
 }  // namespace
@@ -232,7 +267,8 @@ int main(int argc, char** argv) {
               reps, blocks ? "in blocks" : "alternating", phases);
   std::printf("%8s | %-40s | %-40s | %8s\n", "gap ms", "libkvpool", "raw rings", "lib/raw");
   std::mt19937_64 rng(1);
-  std::vector<Clock::time_point> t;
+  Marks t;
+  t.control = &(*raw)->control();
   uint64_t seed = 1;
   for (int r = 0; r < reps; ++r)
     for (double gap : gaps) {
@@ -271,6 +307,19 @@ int main(int argc, char** argv) {
       };
       std::printf("%8.1f | %-40s | %-40s | %7.2fx\n", gap, row(lib).c_str(), row(ring).c_str(),
                   p50(ring.all) > 0 ? p50(lib.all) / p50(ring.all) : 0);
+      // Below each row: % of samples in which kvpoold was parked when that phase ended, and
+      // the caller's CPU time p50 (us; its polling included).
+      auto diag = [samples](const Phases& p) {
+        std::string out;
+        char cell[32];
+        for (uint32_t n : p.parked) {
+          std::snprintf(cell, sizeof(cell), "%5.0f%%", 100.0 * n / samples);
+          out += cell;
+        }
+        std::snprintf(cell, sizeof(cell), " cpu %5.1f", p50(p.cpu));
+        return out + cell;
+      };
+      std::printf("  parked | %-40s | %-40s |\n", diag(lib).c_str(), diag(ring).c_str());
     }
   raw->reset();
   client->flush();
