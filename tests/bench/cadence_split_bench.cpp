@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kvpool/client.hpp"
+#include "kvpool/core/clock.hpp"
 #include "support/daemon_process.hpp"
 #include "support/raw_connection.hpp"
 
@@ -90,12 +91,6 @@ std::vector<uint64_t> fill(Pool& pool) {
   return hashes;
 }
 
-uint64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // One sample as it goes: a time stamp at each phase's end, whether kvpoold was parked then
 // (so the next request had to wake it), and the caller thread's CPU time for the whole.
 struct Marks {
@@ -106,7 +101,7 @@ struct Marks {
   void start() {
     t.assign(1, Clock::now());
     parked.clear();
-    cpu_start = thread_cpu_ns();
+    cpu_start = now_ns(CLOCK_THREAD_CPUTIME_ID);
   }
   void mark() {
     t.push_back(Clock::now());
@@ -130,7 +125,7 @@ struct Phases {
       parked[i] += m.parked[i];
     }
     all.push_back(us(t.front(), t.back()));
-    cpu.push_back(static_cast<double>(thread_cpu_ns() - m.cpu_start) / 1000.0);
+    cpu.push_back(static_cast<double>(now_ns(CLOCK_THREAD_CPUTIME_ID) - m.cpu_start) / 1000.0);
   }
 };
 
